@@ -1,0 +1,2 @@
+//! Placeholder until the wheel bench lands.
+fn main() {}

@@ -1,0 +1,192 @@
+//! The loom shim: every synchronisation primitive the crate uses comes from here.
+//!
+//! Normally these are `std` atomics, `parking_lot` locks and `crossbeam-deque` queues. Under
+//! `--cfg loom` they become loom's types, so the models in `tests/loom_*.rs` explore the real crate
+//! code. crossbeam-deque and parking_lot are not loom-aware, so under loom the queues are a
+//! `Mutex<VecDeque>` behind the same small interface and the locks are loom's.
+//!
+//! Crate code never imports `std::sync`, `parking_lot` or `crossbeam_deque` directly.
+
+#[cfg(not(loom))]
+mod imp {
+    pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard};
+    pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+    pub(crate) use std::thread;
+
+    pub(crate) use crossbeam_deque::{Injector, Steal, Stealer, Worker};
+
+    /// Waits on `cv` until woken or `deadline` passes; `None` waits without a time limit.
+    pub(crate) fn wait_until<'a, T>(
+        cv: &Condvar,
+        mut guard: MutexGuard<'a, T>,
+        deadline: Option<std::time::Instant>,
+    ) -> MutexGuard<'a, T> {
+        match deadline {
+            Some(d) => {
+                cv.wait_until(&mut guard, d);
+            }
+            None => cv.wait(&mut guard),
+        }
+        guard
+    }
+
+    /// Parks the current thread until unparked or `timeout` passes (`None`: no limit).
+    pub(crate) fn park(timeout: Option<std::time::Duration>) {
+        match timeout {
+            Some(t) => thread::park_timeout(t),
+            None => thread::park(),
+        }
+    }
+}
+
+#[cfg(loom)]
+mod imp {
+    pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::Condvar as LoomCondvar;
+    pub(crate) use loom::thread;
+    use std::collections::VecDeque;
+    use std::sync::Arc;
+
+    /// A parking_lot-shaped mutex over loom's (lock never fails, guard derefs to `T`).
+    #[derive(Debug)]
+    pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
+    pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
+
+    impl<T> Mutex<T> {
+        pub(crate) fn new(value: T) -> Self {
+            Mutex(loom::sync::Mutex::new(value))
+        }
+        pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
+            self.0.lock().unwrap()
+        }
+    }
+
+    /// A parking_lot-shaped condvar over loom's. Timed waits never time out under loom.
+    #[derive(Debug, Default)]
+    pub(crate) struct Condvar(LoomCondvar);
+
+    impl Condvar {
+        pub(crate) fn new() -> Self {
+            Condvar(LoomCondvar::new())
+        }
+        pub(crate) fn notify_one(&self) {
+            self.0.notify_one();
+        }
+        pub(crate) fn notify_all(&self) {
+            self.0.notify_all();
+        }
+    }
+
+    /// Loom cannot time out: a timed wait is an untimed one, so models must wake the waiter.
+    pub(crate) fn wait_until<'a, T>(
+        cv: &Condvar,
+        guard: MutexGuard<'a, T>,
+        _deadline: Option<std::time::Instant>,
+    ) -> MutexGuard<'a, T> {
+        cv.0.wait(guard).unwrap()
+    }
+
+    /// Loom has no `park_timeout`: every park waits for an explicit unpark.
+    pub(crate) fn park(_timeout: Option<std::time::Duration>) {
+        thread::park();
+    }
+
+    /// The injector under loom: a locked FIFO.
+    #[derive(Debug)]
+    pub(crate) struct Injector<T>(Mutex<VecDeque<T>>);
+
+    /// The result of a steal attempt (crossbeam's shape).
+    #[derive(Debug)]
+    pub(crate) enum Steal<T> {
+        Empty,
+        Success(T),
+        #[allow(dead_code)]
+        Retry,
+    }
+
+    impl<T> Steal<T> {
+        pub(crate) fn success(self) -> Option<T> {
+            match self {
+                Steal::Success(t) => Some(t),
+                _ => None,
+            }
+        }
+        pub(crate) fn is_retry(&self) -> bool {
+            matches!(self, Steal::Retry)
+        }
+    }
+
+    impl<T> Injector<T> {
+        pub(crate) fn new() -> Self {
+            Injector(Mutex::new(VecDeque::new()))
+        }
+        pub(crate) fn push(&self, t: T) {
+            self.0.lock().push_back(t);
+        }
+        pub(crate) fn steal(&self) -> Steal<T> {
+            match self.0.lock().pop_front() {
+                Some(t) => Steal::Success(t),
+                None => Steal::Empty,
+            }
+        }
+        pub(crate) fn steal_batch_and_pop(&self, _dest: &Worker<T>) -> Steal<T> {
+            self.steal()
+        }
+        pub(crate) fn is_empty(&self) -> bool {
+            self.0.lock().is_empty()
+        }
+        pub(crate) fn len(&self) -> usize {
+            self.0.lock().len()
+        }
+    }
+
+    /// A worker's local deque under loom (LIFO pop, FIFO steal like crossbeam's `new_lifo`).
+    #[derive(Debug)]
+    pub(crate) struct Worker<T>(Arc<Mutex<VecDeque<T>>>);
+
+    /// The stealing side of a [`Worker`].
+    #[derive(Debug)]
+    pub(crate) struct Stealer<T>(Arc<Mutex<VecDeque<T>>>);
+
+    impl<T> Clone for Stealer<T> {
+        fn clone(&self) -> Self {
+            Stealer(self.0.clone())
+        }
+    }
+
+    impl<T> Worker<T> {
+        pub(crate) fn new_lifo() -> Self {
+            Worker(Arc::new(Mutex::new(VecDeque::new())))
+        }
+        pub(crate) fn stealer(&self) -> Stealer<T> {
+            Stealer(self.0.clone())
+        }
+        pub(crate) fn push(&self, t: T) {
+            self.0.lock().push_back(t);
+        }
+        pub(crate) fn pop(&self) -> Option<T> {
+            self.0.lock().pop_back()
+        }
+        pub(crate) fn is_empty(&self) -> bool {
+            self.0.lock().is_empty()
+        }
+    }
+
+    impl<T> Stealer<T> {
+        pub(crate) fn steal(&self) -> Steal<T> {
+            match self.0.lock().pop_front() {
+                Some(t) => Steal::Success(t),
+                None => Steal::Empty,
+            }
+        }
+        pub(crate) fn is_empty(&self) -> bool {
+            self.0.lock().is_empty()
+        }
+    }
+}
+
+pub(crate) use imp::*;
+
+/// Reference counting is not part of any protocol we model, and loom's `Arc` has no `Weak`
+/// (which `Handle` needs), so both builds use std's.
+pub(crate) use std::sync::{Arc, Weak};
