@@ -29,14 +29,6 @@ mod imp {
         }
         guard
     }
-
-    /// Parks the current thread until unparked or `timeout` passes (`None`: no limit).
-    pub(crate) fn park(timeout: Option<std::time::Duration>) {
-        match timeout {
-            Some(t) => thread::park_timeout(t),
-            None => thread::park(),
-        }
-    }
 }
 
 #[cfg(loom)]
@@ -86,11 +78,6 @@ mod imp {
         cv.0.wait(guard).unwrap()
     }
 
-    /// Loom has no `park_timeout`: every park waits for an explicit unpark.
-    pub(crate) fn park(_timeout: Option<std::time::Duration>) {
-        thread::park();
-    }
-
     /// The injector under loom: a locked FIFO.
     #[derive(Debug)]
     pub(crate) struct Injector<T>(Mutex<VecDeque<T>>);
@@ -102,18 +89,6 @@ mod imp {
         Success(T),
         #[allow(dead_code)]
         Retry,
-    }
-
-    impl<T> Steal<T> {
-        pub(crate) fn success(self) -> Option<T> {
-            match self {
-                Steal::Success(t) => Some(t),
-                _ => None,
-            }
-        }
-        pub(crate) fn is_retry(&self) -> bool {
-            matches!(self, Steal::Retry)
-        }
     }
 
     impl<T> Injector<T> {
@@ -134,9 +109,6 @@ mod imp {
         }
         pub(crate) fn is_empty(&self) -> bool {
             self.0.lock().is_empty()
-        }
-        pub(crate) fn len(&self) -> usize {
-            self.0.lock().len()
         }
     }
 
@@ -167,9 +139,6 @@ mod imp {
         pub(crate) fn pop(&self) -> Option<T> {
             self.0.lock().pop_back()
         }
-        pub(crate) fn is_empty(&self) -> bool {
-            self.0.lock().is_empty()
-        }
     }
 
     impl<T> Stealer<T> {
@@ -190,3 +159,33 @@ pub(crate) use imp::*;
 /// Reference counting is not part of any protocol we model, and loom's `Arc` has no `Weak`
 /// (which `Handle` needs), so both builds use std's.
 pub(crate) use std::sync::{Arc, Weak};
+
+/// A one-token parker: `unpark` before `park` is not lost. Built on the shim's lock and condvar so
+/// loom can explore it, and with a deadline for the timer thread.
+#[derive(Debug)]
+pub(crate) struct Parker {
+    notified: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Parker {
+    pub(crate) fn new() -> Self {
+        Parker { notified: Mutex::new(false), cv: Condvar::new() }
+    }
+
+    /// Blocks until `unpark` (or a token left by an earlier one) or until `deadline` passes.
+    /// Under loom the deadline is ignored: a model must unpark.
+    pub(crate) fn park(&self, deadline: Option<std::time::Instant>) {
+        let mut notified = self.notified.lock();
+        if !*notified {
+            notified = wait_until(&self.cv, notified, deadline);
+        }
+        *notified = false;
+    }
+
+    /// Wakes the parked thread, or makes its next `park` return at once.
+    pub(crate) fn unpark(&self) {
+        *self.notified.lock() = true;
+        self.cv.notify_one();
+    }
+}

@@ -1,73 +1,478 @@
-//! TEMPORARY STAND-IN: the wheel helper replaces this whole module (same public API).
-#![allow(missing_docs, unreachable_pub)]
+//! The hierarchical timing wheel: pure, single-threaded data that maps absolute deadlines (in
+//! ticks) to values. No clock, no threads, no atomics: the driver owns it and calls it with
+//! `&mut self`; what a tick is worth in time is the caller's business.
+//!
+//! # Layout
+//!
+//! [`NUM_LEVELS`](bits::NUM_LEVELS) = 11 levels of 64 slots. A slot of level `l` spans `64^l`
+//! ticks, so level 0 has one tick per slot and the 11 levels cover 66 bits: every `u64` deadline
+//! up to `u64::MAX` has a place, and no overflow list is needed (the top level uses 16 of its 64
+//! slots). Each level keeps a `u64` bitmap of its non-empty slots. Entries live in one slab
+//! (`Vec`) and each slot is an intrusive doubly linked list through it, linked by `u32` indices.
+//!
+//! # Ground rules
+//!
+//! - `now` is the tick the wheel stands at. It only moves forward, in
+//!   [`poll_expired`](Wheel::poll_expired).
+//! - An entry with `deadline <= now` (inserted late) waits in the *due list* and comes out at the
+//!   next poll.
+//! - Every other entry sits at level `level_for(now, deadline)` (the highest 6-bit digit in which
+//!   its deadline differs from `now`), slot `slot_for(deadline, level)`. Its deadline shares all
+//!   higher digits with `now`, and its digit at that level is greater than `now`'s. So an entry's
+//!   list is known from its deadline and `now`: nodes need not store it, and `remove` is an O(1)
+//!   unlink.
+//! - Consequently the earliest non-empty slot is the first occupied one of the lowest non-empty
+//!   level, and every entry in it is due at or after that slot's first tick. Polling jumps `now`
+//!   from one such slot to the next (bitmap look-ups, never tick by tick) and *cascades* the slot:
+//!   each entry is either due (moved to the output) or relinked at a strictly lower level. An
+//!   entry thus moves at most 10 times in its life and is never lost or duplicated.
+//!
+//! # Memory
+//!
+//! One entry costs one slab node: 20 bytes of bookkeeping (deadline, two links, generation) plus
+//! `Option<T>`, rounded up to 8. That is **24 bytes** for `T = ()` and **32 bytes** for a
+//! pointer-sized value with a niche such as `Arc<Task>` ([`Wheel::ENTRY_SIZE`]), plus the
+//! `Vec`'s growth slack (at most 2x until [`shrink_to_fit`](Wheel::shrink_to_fit)). The levels
+//! add a fixed 2.9 KB.
 
-use std::collections::BTreeMap;
+mod bits;
+mod key;
+mod level;
+mod slab;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Key {
-    index: u32,
-    generation: u32,
-}
+use std::fmt;
+use std::mem;
 
-impl Key {
-    pub fn to_u64(self) -> u64 {
-        (u64::from(self.generation) << 32) | u64::from(self.index)
-    }
-    pub fn from_u64(raw: u64) -> Key {
-        Key { index: raw as u32, generation: (raw >> 32) as u32 }
-    }
-}
+use bits::{level_for, slot_for, NUM_LEVELS};
+use level::Level;
+use slab::{List, Slab, NIL};
 
-#[derive(Debug)]
+pub use key::Key;
+
+/// A hierarchical timing wheel holding values of type `T` until their deadline tick.
+///
+/// Insert and remove are O(1). [`poll_expired`](Wheel::poll_expired) advances time and hands out
+/// exactly the entries whose deadline has passed; it costs O(1) per entry it yields or cascades
+/// plus a few bitmap operations per non-empty slot it passes, however far time jumps.
+/// [`next_expiration`](Wheel::next_expiration) says when polling next has work to do, so an idle
+/// wheel needs no ticking.
+///
+/// The wheel is plain data: `Send`/`Sync` exactly when `T` is, and every method takes `&self` or
+/// `&mut self`.
+///
+/// # Examples
+///
+/// ```
+/// use wheelpool::wheel::Wheel;
+///
+/// let mut wheel = Wheel::new();
+/// wheel.insert(5, "five");
+/// let ten = wheel.insert(10, "ten");
+/// wheel.insert(1_000_000, "a million");
+/// assert_eq!(wheel.len(), 3);
+///
+/// let mut due = Vec::new();
+/// wheel.poll_expired(7, &mut due);
+/// assert_eq!(due, ["five"]);
+/// assert_eq!(wheel.now(), 7);
+///
+/// assert_eq!(wheel.remove(ten), Some("ten"));
+/// due.clear();
+/// wheel.poll_expired(u64::MAX, &mut due);
+/// assert_eq!(due, ["a million"]);
+/// assert!(wheel.is_empty());
+/// ```
 pub struct Wheel<T> {
+    /// The tick the wheel stands at.
     now: u64,
-    seq: u32,
-    map: BTreeMap<(u64, u32), T>,
-    keys: std::collections::HashMap<u32, u64>,
+    /// Entries inserted with `deadline <= now`: due at the next poll.
+    due: List,
+    /// The levels, finest first. Boxed: 2.9 KB would make every move of a `Wheel` costly.
+    levels: Box<[Level; NUM_LEVELS]>,
+    /// Storage for every entry.
+    slab: Slab<T>,
+}
+
+impl<T> Wheel<T> {
+    /// Bytes of slab storage per entry, the value included (see the module docs on memory).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use wheelpool::wheel::Wheel;
+    ///
+    /// assert_eq!(Wheel::<()>::ENTRY_SIZE, 24);
+    /// assert_eq!(Wheel::<Arc<String>>::ENTRY_SIZE, 32);
+    /// ```
+    pub const ENTRY_SIZE: usize = Slab::<T>::NODE_SIZE;
+
+    /// An empty wheel standing at tick 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::wheel::Wheel;
+    ///
+    /// let wheel: Wheel<u32> = Wheel::new();
+    /// assert_eq!(wheel.now(), 0);
+    /// assert!(wheel.is_empty());
+    /// assert_eq!(wheel.next_expiration(), None);
+    /// ```
+    pub fn new() -> Self {
+        Self::with_capacity(0)
+    }
+
+    /// An empty wheel standing at tick 0 with room for `capacity` entries before its slab
+    /// reallocates.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::wheel::Wheel;
+    ///
+    /// let wheel: Wheel<u32> = Wheel::with_capacity(100);
+    /// assert!(wheel.capacity() >= 100);
+    /// ```
+    pub fn with_capacity(capacity: usize) -> Self {
+        Wheel {
+            now: 0,
+            due: List::EMPTY,
+            levels: Box::new([Level::EMPTY; NUM_LEVELS]),
+            slab: Slab::with_capacity(capacity),
+        }
+    }
+
+    /// The tick the wheel has been advanced to: the largest `now` ever passed to
+    /// [`poll_expired`](Wheel::poll_expired), or 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::wheel::Wheel;
+    ///
+    /// let mut wheel: Wheel<()> = Wheel::new();
+    /// wheel.poll_expired(42, &mut Vec::new());
+    /// wheel.poll_expired(7, &mut Vec::new()); // time never goes back
+    /// assert_eq!(wheel.now(), 42);
+    /// ```
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// Number of entries in the wheel.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::wheel::Wheel;
+    ///
+    /// let mut wheel = Wheel::new();
+    /// wheel.insert(3, 'a');
+    /// assert_eq!(wheel.len(), 1);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.slab.len()
+    }
+
+    /// Whether the wheel holds no entry.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::wheel::Wheel;
+    ///
+    /// let mut wheel = Wheel::new();
+    /// assert!(wheel.is_empty());
+    /// let key = wheel.insert(3, 'a');
+    /// assert!(!wheel.is_empty());
+    /// wheel.remove(key);
+    /// assert!(wheel.is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Number of entries the wheel can hold without reallocating its slab.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::wheel::Wheel;
+    ///
+    /// let mut wheel = Wheel::new();
+    /// for tick in 0..1000 {
+    ///     wheel.insert(tick, ());
+    /// }
+    /// assert!(wheel.capacity() >= 1000);
+    /// ```
+    pub fn capacity(&self) -> usize {
+        self.slab.capacity()
+    }
+
+    /// Adds `value`, due at the absolute tick `deadline`, and returns the key that removes it.
+    ///
+    /// Every `deadline` up to `u64::MAX` is accepted. A deadline at or before
+    /// [`now`](Wheel::now) is due at once: the next [`poll_expired`](Wheel::poll_expired) yields
+    /// it. O(1); reuses the node of a removed or fired entry when there is one.
+    ///
+    /// # Panics
+    ///
+    /// Panics if the wheel already holds `u32::MAX - 1` entries.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::wheel::Wheel;
+    ///
+    /// let mut wheel = Wheel::new();
+    /// wheel.poll_expired(100, &mut Vec::new());
+    /// wheel.insert(50, "late");
+    /// wheel.insert(u64::MAX, "never, in practice");
+    /// let mut due = Vec::new();
+    /// wheel.poll_expired(100, &mut due);
+    /// assert_eq!(due, ["late"]);
+    /// ```
+    pub fn insert(&mut self, deadline: u64, value: T) -> Key {
+        let (index, generation) = self.slab.insert(deadline, value);
+        if deadline <= self.now {
+            self.slab.push_front(&mut self.due, index);
+        } else {
+            self.link(index, deadline);
+        }
+        Key { index, generation }
+    }
+
+    /// Removes the entry of `key` and returns its value, or `None` if the key is stale (its
+    /// entry already fired or was removed, even if its node now holds another entry) or was
+    /// never issued by this wheel.
+    ///
+    /// O(1): an unlink. The value is moved out, so it is dropped as soon as the caller drops it;
+    /// the wheel keeps nothing of it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::wheel::Wheel;
+    ///
+    /// let mut wheel = Wheel::new();
+    /// let key = wheel.insert(10, String::from("payload"));
+    /// assert_eq!(wheel.remove(key).as_deref(), Some("payload"));
+    /// assert_eq!(wheel.remove(key), None);
+    /// let other = wheel.insert(10, String::from("reuses the node"));
+    /// assert_eq!(wheel.remove(key), None, "a stale key never removes another entry");
+    /// assert_eq!(wheel.len(), 1);
+    /// # let _ = other;
+    /// ```
+    pub fn remove(&mut self, key: Key) -> Option<T> {
+        let deadline = self.slab.live_deadline(key.index, key.generation)?;
+        if deadline <= self.now {
+            self.slab.unlink(&mut self.due, key.index);
+        } else {
+            let level = level_for(self.now, deadline);
+            self.levels[level].unlink(&mut self.slab, slot_for(deadline, level), key.index);
+        }
+        Some(self.slab.vacate(key.index))
+    }
+
+    /// The earliest tick at which [`poll_expired`](Wheel::poll_expired) has work to do, or
+    /// `None` when the wheel is empty.
+    ///
+    /// The answer is never before [`now`](Wheel::now) and never after the earliest deadline in
+    /// the wheel, so sleeping until it can never make an entry late. It is **exact** (polling
+    /// at it yields an entry) when the earliest entry is due within the current 64-tick block,
+    /// and whenever an entry was inserted at or before `now` (the answer is then `now`).
+    /// Otherwise the earliest entries share a coarser slot, and the answer is that slot's first
+    /// tick: polling there cascades the slot to finer levels and yields only entries due
+    /// exactly then, and the next answer is strictly later and finer. At most 10 such
+    /// cascade-only stops precede any yield; at a 1 ms tick a 30 s timer costs about 2.
+    ///
+    /// Why not always exact: the exact minimum of a coarse slot needs a scan of that slot (or an
+    /// ordered structure), and timers cancelled in deadline order (RPC timeouts) would make that
+    /// scan repeat on every call. A stop at a slot boundary costs a bitmap look-up instead.
+    ///
+    /// O(1): one `trailing_zeros` per empty level and one rotate per call, no slot scan.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::wheel::Wheel;
+    ///
+    /// let mut wheel = Wheel::new();
+    /// wheel.insert(40, 'a');
+    /// assert_eq!(wheel.next_expiration(), Some(40)); // within 64 ticks: exact
+    ///
+    /// let mut wheel = Wheel::new();
+    /// wheel.insert(1000, 'b'); // slot [960, 1024) of level 1
+    /// assert_eq!(wheel.next_expiration(), Some(960));
+    /// let mut due = Vec::new();
+    /// wheel.poll_expired(960, &mut due); // cascades, nothing is due yet
+    /// assert!(due.is_empty());
+    /// assert_eq!(wheel.next_expiration(), Some(1000));
+    /// ```
+    pub fn next_expiration(&self) -> Option<u64> {
+        if !self.due.is_empty() {
+            return Some(self.now);
+        }
+        self.next_slot().map(|(_, _, start)| start)
+    }
+
+    /// Advances the wheel to tick `now` and pushes onto `out` the value of every entry whose
+    /// deadline is at or before it, and no other.
+    ///
+    /// A `now` before [`now()`](Wheel::now) is clamped to it: time never goes back (entries
+    /// inserted as already due still come out). Entries come out slot by slot, so roughly in
+    /// deadline order, in no particular order within a slot. Jumps of any size are cheap: the
+    /// wheel hops between non-empty slots with bitmap look-ups and never steps tick by tick.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::wheel::Wheel;
+    ///
+    /// let mut wheel = Wheel::new();
+    /// for deadline in [3, 30, 300, 3_000_000, u64::MAX] {
+    ///     wheel.insert(deadline, deadline);
+    /// }
+    /// let mut due = Vec::new();
+    /// wheel.poll_expired(300, &mut due);
+    /// assert_eq!(due, [3, 30, 300]);
+    /// wheel.poll_expired(u64::MAX, &mut due);
+    /// assert_eq!(due, [3, 30, 300, 3_000_000, u64::MAX]);
+    /// assert_eq!(wheel.now(), u64::MAX);
+    /// ```
+    pub fn poll_expired(&mut self, now: u64, out: &mut Vec<T>) {
+        let target = now.max(self.now);
+        let due = mem::replace(&mut self.due, List::EMPTY);
+        self.vacate_list(due, out);
+        while let Some((level, slot, start)) = self.next_slot() {
+            if start > target {
+                break;
+            }
+            // Nothing is due before `start`, so the wheel may stand there while it cascades.
+            self.now = start;
+            self.cascade(level, slot, target, out);
+        }
+        // Every entry left sits in a slot that starts after `target`, inside the blocks of
+        // `target` too, so it is still at the right level and slot for the new `now`.
+        self.now = target;
+    }
+
+    /// Removes every entry and pushes its value onto `out`, roughly in deadline order; `now` is
+    /// kept. Keys to the drained entries are stale afterwards.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::wheel::Wheel;
+    ///
+    /// let mut wheel = Wheel::new();
+    /// let key = wheel.insert(10, 'x');
+    /// wheel.insert(u64::MAX, 'y');
+    /// let mut all = Vec::new();
+    /// wheel.drain(&mut all);
+    /// assert_eq!(all, ['x', 'y']);
+    /// assert!(wheel.is_empty());
+    /// assert_eq!(wheel.remove(key), None);
+    /// ```
+    pub fn drain(&mut self, out: &mut Vec<T>) {
+        out.reserve(self.len());
+        let due = mem::replace(&mut self.due, List::EMPTY);
+        self.vacate_list(due, out);
+        for level in 0..NUM_LEVELS {
+            while let Some(slot) = self.levels[level].next_occupied(0) {
+                let list = self.levels[level].take_slot(slot);
+                self.vacate_list(list, out);
+            }
+        }
+        debug_assert!(self.is_empty());
+    }
+
+    /// Gives slab memory back to the allocator after many entries went away: frees the unused
+    /// nodes at the end of the slab and shrinks it to fit. Live keys stay valid and stale keys
+    /// stay stale. O(capacity).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::wheel::Wheel;
+    ///
+    /// let mut wheel = Wheel::new();
+    /// let keys: Vec<_> = (0..10_000).map(|t| wheel.insert(t, t)).collect();
+    /// for &key in &keys[10..] {
+    ///     wheel.remove(key);
+    /// }
+    /// wheel.shrink_to_fit();
+    /// assert!(wheel.capacity() < 100);
+    /// assert_eq!(wheel.remove(keys[5]), Some(5));
+    /// ```
+    pub fn shrink_to_fit(&mut self) {
+        self.slab.shrink_to_fit();
+    }
+
+    /// Links the occupied node `index`, due at `deadline > now`, into its slot.
+    fn link(&mut self, index: u32, deadline: u64) {
+        debug_assert!(deadline > self.now);
+        let level = level_for(self.now, deadline);
+        self.levels[level].push(&mut self.slab, slot_for(deadline, level), index);
+    }
+
+    /// The earliest non-empty slot as `(level, slot, first tick)`.
+    fn next_slot(&self) -> Option<(usize, usize, u64)> {
+        let level = self.levels.iter().position(|level| !level.is_empty())?;
+        let current = slot_for(self.now, level);
+        let slot = self.levels[level].next_occupied(current)?;
+        // Entries at a level are after `now`'s slot there (ground rules), so no wrap-around.
+        debug_assert!(slot > current, "wheel: entry at or before the current slot");
+        Some((level, slot, bits::slot_start(self.now, level, slot)))
+    }
+
+    /// Empties `slot` of `level` (whose first tick is `self.now`): entries due by `target` go to
+    /// `out`, the others move to a lower level.
+    fn cascade(&mut self, level: usize, slot: usize, target: u64, out: &mut Vec<T>) {
+        let mut at = self.levels[level].take_slot(slot).head();
+        while at != NIL {
+            // Read the link first: vacating or relinking the node overwrites it.
+            let next = self.slab.next(at);
+            let deadline = self.slab.deadline(at);
+            if deadline <= target {
+                out.push(self.slab.vacate(at));
+            } else {
+                debug_assert!(level_for(self.now, deadline) < level);
+                self.link(at, deadline);
+            }
+            at = next;
+        }
+    }
+
+    /// Vacates every node of the detached `list`, pushing the values onto `out`.
+    fn vacate_list(&mut self, list: List, out: &mut Vec<T>) {
+        let mut at = list.head();
+        while at != NIL {
+            let next = self.slab.next(at);
+            out.push(self.slab.vacate(at));
+            at = next;
+        }
+    }
 }
 
 impl<T> Default for Wheel<T> {
+    /// Same as [`Wheel::new`].
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<T> Wheel<T> {
-    pub fn new() -> Self {
-        Wheel { now: 0, seq: 0, map: BTreeMap::new(), keys: Default::default() }
+impl<T> fmt::Debug for Wheel<T> {
+    /// Shows the wheel's position and size, not its values (so `T` need not be `Debug`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Wheel")
+            .field("now", &self.now)
+            .field("len", &self.len())
+            .field("next_expiration", &self.next_expiration())
+            .finish_non_exhaustive()
     }
-    pub fn now(&self) -> u64 {
-        self.now
-    }
-    pub fn len(&self) -> usize {
-        self.map.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
-    }
-    pub fn insert(&mut self, deadline: u64, value: T) -> Key {
-        self.seq += 1;
-        self.map.insert((deadline, self.seq), value);
-        self.keys.insert(self.seq, deadline);
-        Key { index: self.seq, generation: 1 }
-    }
-    pub fn remove(&mut self, key: Key) -> Option<T> {
-        let d = self.keys.remove(&key.index)?;
-        self.map.remove(&(d, key.index))
-    }
-    pub fn next_expiration(&self) -> Option<u64> {
-        self.map.keys().next().map(|k| k.0.max(self.now))
-    }
-    pub fn poll_expired(&mut self, now: u64, out: &mut Vec<T>) {
-        self.now = self.now.max(now);
-        while let Some(e) = self.map.first_entry() {
-            if e.key().0 > self.now {
-                break;
-            }
-            let ((_, s), v) = e.remove_entry();
-            self.keys.remove(&s);
-            out.push(v);
-        }
-    }
-    pub fn shrink_to_fit(&mut self) {}
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,158 @@
+//! The crate's error types: why a schedule was refused, why a task produced no value, why a pool
+//! could not be built.
+
+use std::fmt;
+
+/// Why a task could not be scheduled. Nothing was queued when this is returned.
+///
+/// # Examples
+///
+/// ```
+/// use wheelpool::{ScheduledThreadPool, ScheduleError};
+/// use std::time::Duration;
+///
+/// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+/// pool.shutdown();
+/// assert_eq!(pool.execute(|| ()), Err(ScheduleError::Shutdown));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ScheduleError {
+    /// The pool is shut down (or gone, for a `Handle`): it takes no new tasks.
+    Shutdown,
+    /// The pool already holds `max_pending` tasks waiting to run.
+    Saturated {
+        /// The bound set with `Builder::max_pending`.
+        max_pending: usize,
+    },
+    /// A periodic task was given a zero period or a zero delay between runs.
+    ZeroPeriod,
+}
+
+impl fmt::Display for ScheduleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScheduleError::Shutdown => {
+                f.write_str("the pool is shut down and takes no new tasks; schedule on a live pool")
+            }
+            ScheduleError::Saturated { max_pending } => write!(
+                f,
+                "the pool already holds {max_pending} pending tasks (its max_pending); \
+                 cancel some, retry later, or raise Builder::max_pending"
+            ),
+            ScheduleError::ZeroPeriod => f.write_str(
+                "a periodic task needs a period (or delay) greater than zero; pass a non-zero Duration",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ScheduleError {}
+
+/// Why a task's future holds no value.
+///
+/// # Examples
+///
+/// ```
+/// use wheelpool::{ScheduledThreadPool, TaskError};
+/// use std::time::Duration;
+///
+/// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+/// let f = pool.schedule(|| 1, Duration::from_secs(3600)).unwrap();
+/// assert!(f.cancel());
+/// assert_eq!(f.join(), Err(TaskError::Cancelled));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TaskError {
+    /// The task was cancelled (by `cancel`, or by `shutdown_now` before it started).
+    Cancelled,
+    /// A run of the task panicked; the string is the panic message (or a placeholder when the
+    /// payload was not a string).
+    Panicked(String),
+    /// The pool shut down: a periodic task stops after its current run when the pool shuts down.
+    Shutdown,
+}
+
+impl fmt::Display for TaskError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TaskError::Cancelled => f.write_str("the task was cancelled before it produced a value"),
+            TaskError::Panicked(msg) => write!(f, "the task panicked: {msg}"),
+            TaskError::Shutdown => f.write_str("the pool shut down before the task finished"),
+        }
+    }
+}
+
+impl std::error::Error for TaskError {}
+
+/// Why `Builder::build` failed. Threads started before the failure have been stopped and joined.
+///
+/// # Examples
+///
+/// ```
+/// use wheelpool::ScheduledThreadPool;
+///
+/// let err = ScheduledThreadPool::builder().threads(0).build().unwrap_err();
+/// assert!(err.is_invalid_config());
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct BuildError {
+    kind: BuildErrorKind,
+}
+
+#[derive(Debug)]
+enum BuildErrorKind {
+    ZeroThreads,
+    ZeroTick,
+    ZeroMaxPending,
+    Spawn(std::io::Error),
+}
+
+impl BuildError {
+    pub(crate) fn zero_threads() -> Self {
+        BuildError { kind: BuildErrorKind::ZeroThreads }
+    }
+    pub(crate) fn zero_tick() -> Self {
+        BuildError { kind: BuildErrorKind::ZeroTick }
+    }
+    pub(crate) fn zero_max_pending() -> Self {
+        BuildError { kind: BuildErrorKind::ZeroMaxPending }
+    }
+    pub(crate) fn spawn(err: std::io::Error) -> Self {
+        BuildError { kind: BuildErrorKind::Spawn(err) }
+    }
+
+    /// True when a builder setting was out of range (zero threads, zero tick, zero max_pending).
+    pub fn is_invalid_config(&self) -> bool {
+        !self.is_spawn_failure()
+    }
+
+    /// True when the operating system refused to start a thread.
+    pub fn is_spawn_failure(&self) -> bool {
+        matches!(self.kind, BuildErrorKind::Spawn(_))
+    }
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            BuildErrorKind::ZeroThreads => f.write_str("threads must be at least 1"),
+            BuildErrorKind::ZeroTick => f.write_str("tick must be greater than zero (e.g. 1 ms)"),
+            BuildErrorKind::ZeroMaxPending => {
+                f.write_str("max_pending must be at least 1 (leave it unset for no bound)")
+            }
+            BuildErrorKind::Spawn(e) => write!(f, "could not start a pool thread: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.kind {
+            BuildErrorKind::Spawn(e) => Some(e),
+            _ => None,
+        }
+    }
+}

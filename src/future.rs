@@ -1,0 +1,287 @@
+//! `ScheduledFuture<T>`: the caller's end of a scheduled task.
+
+use crate::error::TaskError;
+use crate::pool::Core;
+use crate::sync::Arc;
+use crate::task::{state, TaskRef, TaskResult};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+/// The result of a scheduled task, and the way to cancel it.
+///
+/// Wait for it with [`join`](Self::join) (blocking), [`join_timeout`](Self::join_timeout), or
+/// `.await` (it is a [`Future`] with `Output = Result<T, TaskError>`; no busy polling, the waker
+/// is stored in the task). Periodic tasks return `ScheduledFuture<()>`, which completes only when
+/// the task stops: cancelled, panicked, or ended by shutdown.
+///
+/// Dropping the future **detaches** the task: it still runs. To stop it, call
+/// [`cancel`](Self::cancel) or keep a [`CancelHandle`] and cancel through that.
+///
+/// # Examples
+///
+/// ```
+/// use wheelpool::ScheduledThreadPool;
+/// use std::time::Duration;
+///
+/// let pool = ScheduledThreadPool::builder().threads(2).build().unwrap();
+/// let f = pool.schedule(|| 6 * 7, Duration::from_millis(5)).unwrap();
+/// assert_eq!(f.join(), Ok(42));
+/// ```
+#[must_use = "dropping a ScheduledFuture detaches the task; keep it to cancel or join"]
+pub struct ScheduledFuture<T> {
+    task: Arc<dyn TaskResult<T>>,
+    core: Arc<Core>,
+}
+
+/// A cloneable handle that cancels one task from anywhere, while someone else holds its future.
+///
+/// # Examples
+///
+/// ```
+/// use wheelpool::{ScheduledThreadPool, TaskError};
+/// use std::time::Duration;
+///
+/// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+/// let f = pool.schedule(|| "late", Duration::from_secs(3600)).unwrap();
+/// let handle = f.cancel_handle();
+/// std::thread::spawn(move || assert!(handle.cancel())).join().unwrap();
+/// assert_eq!(f.join(), Err(TaskError::Cancelled));
+/// ```
+#[derive(Clone)]
+pub struct CancelHandle {
+    task: TaskRef,
+    core: Arc<Core>,
+}
+
+fn assert_send_sync<X: Send + Sync>() {}
+const _: fn() = || {
+    assert_send_sync::<CancelHandle>();
+    assert_send_sync::<ScheduledFuture<u32>>();
+};
+
+impl<T: Send + 'static> ScheduledFuture<T> {
+    pub(crate) fn new(task: Arc<dyn TaskResult<T>>, core: Arc<Core>) -> Self {
+        ScheduledFuture { task, core }
+    }
+
+    fn raw(&self) -> TaskRef {
+        self.task.clone()
+    }
+
+    /// Cancels the task. Returns true if this call cancelled it: it had not finished and nobody
+    /// had cancelled it before.
+    ///
+    /// - Waiting: it will never start; its closure (and everything it captured) is dropped now,
+    ///   and its wheel entry is unlinked soon after.
+    /// - Running one-shot: the run finishes, its value is dropped, and the future reports
+    ///   [`TaskError::Cancelled`].
+    /// - Periodic, waiting or running: no later run starts; a run in progress finishes.
+    ///
+    /// After `cancel` returns true, the future ends with `Err(TaskError::Cancelled)`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ScheduledThreadPool;
+    /// use std::time::Duration;
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+    /// let f = pool.schedule(|| (), Duration::from_secs(60)).unwrap();
+    /// assert!(f.cancel());
+    /// assert!(!f.cancel(), "a second cancel changes nothing");
+    /// assert!(f.is_cancelled() && f.is_done());
+    /// ```
+    pub fn cancel(&self) -> bool {
+        cancel(&self.raw(), &self.core)
+    }
+
+    /// A cloneable, `Send + Sync` handle that cancels this task.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ScheduledThreadPool;
+    /// use std::time::Duration;
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+    /// let f = pool.schedule(|| (), Duration::from_secs(60)).unwrap();
+    /// let h = f.cancel_handle();
+    /// assert!(h.clone().cancel());
+    /// assert!(f.is_cancelled());
+    /// ```
+    pub fn cancel_handle(&self) -> CancelHandle {
+        CancelHandle { task: self.raw(), core: self.core.clone() }
+    }
+
+    /// True if the task was cancelled, by [`cancel`](Self::cancel) or by the pool's shutdown.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ScheduledThreadPool;
+    /// use std::time::Duration;
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+    /// let f = pool.schedule(|| (), Duration::from_secs(60)).unwrap();
+    /// assert!(!f.is_cancelled());
+    /// f.cancel();
+    /// assert!(f.is_cancelled());
+    /// ```
+    pub fn is_cancelled(&self) -> bool {
+        state::is_cancelled(self.task.header().state.load())
+    }
+
+    /// True once the task has finished for good: a value, a panic, a cancel, or a shutdown.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ScheduledThreadPool;
+    /// use std::time::Duration;
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+    /// let mut f = pool.schedule(|| 1, Duration::ZERO).unwrap();
+    /// assert_eq!(f.join_timeout(Duration::from_secs(10)), Some(Ok(1)));
+    /// assert!(f.is_done());
+    /// ```
+    pub fn is_done(&self) -> bool {
+        state::is_terminal(self.task.header().state.load())
+    }
+
+    /// Time left until the next planned run: zero when it is due, running, or finished.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ScheduledThreadPool;
+    /// use std::time::Duration;
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+    /// let f = pool.schedule(|| (), Duration::from_secs(60)).unwrap();
+    /// let left = f.delay();
+    /// assert!(left <= Duration::from_secs(60) && left > Duration::from_secs(50));
+    /// ```
+    pub fn delay(&self) -> Duration {
+        let header = self.task.header();
+        if header.state.load() != state::SCHEDULED {
+            return Duration::ZERO;
+        }
+        let now = self.core.timer.time.now_nanos();
+        Duration::from_nanos(header.deadline().saturating_sub(now))
+    }
+
+    /// Blocks until the task finishes and returns its value or why there is none.
+    ///
+    /// A periodic task's future finishes only when the task stops, so this waits until it is
+    /// cancelled, panics (without `survive_panics`), or is stopped by shutdown.
+    ///
+    /// # Errors
+    ///
+    /// [`TaskError::Cancelled`], [`TaskError::Panicked`] with the panic message, or
+    /// [`TaskError::Shutdown`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::{ScheduledThreadPool, TaskError};
+    /// use std::time::Duration;
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+    /// let f = pool.schedule(|| -> u8 { panic!("boom") }, Duration::ZERO).unwrap();
+    /// assert_eq!(f.join(), Err(TaskError::Panicked("boom".into())));
+    /// ```
+    pub fn join(self) -> Result<T, TaskError> {
+        match self.task.wait(None) {
+            Some(result) => result,
+            None => unreachable!("an untimed wait returns only with a result"),
+        }
+    }
+
+    /// Like [`join`](Self::join), but gives up after `timeout` and returns `None` (the future
+    /// stays usable: join or await it again later). Once it has returned `Some`, the result is
+    /// gone: a later join or poll panics.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ScheduledThreadPool;
+    /// use std::time::Duration;
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+    /// let mut f = pool.schedule(|| 7, Duration::from_secs(3600)).unwrap();
+    /// assert_eq!(f.join_timeout(Duration::from_millis(1)), None);
+    /// f.cancel();
+    /// ```
+    pub fn join_timeout(&mut self, timeout: Duration) -> Option<Result<T, TaskError>> {
+        let deadline = Instant::now().checked_add(timeout);
+        self.task.wait(deadline)
+    }
+}
+
+impl<T: Send + 'static> Future for ScheduledFuture<T> {
+    type Output = Result<T, TaskError>;
+
+    /// # Panics
+    ///
+    /// If polled again after it returned `Ready`.
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.task.poll_result(cx)
+    }
+}
+
+impl<T: 'static> fmt::Debug for ScheduledFuture<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ScheduledFuture").field("task", self.task.header()).finish_non_exhaustive()
+    }
+}
+
+impl CancelHandle {
+    /// Cancels the task; same rules and return value as [`ScheduledFuture::cancel`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ScheduledThreadPool;
+    /// use std::time::Duration;
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+    /// let f = pool.schedule(|| (), Duration::from_secs(60)).unwrap();
+    /// assert!(f.cancel_handle().cancel());
+    /// ```
+    pub fn cancel(&self) -> bool {
+        cancel(&self.task, &self.core)
+    }
+
+    /// True if the task was cancelled (by anyone, or by the pool's shutdown).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ScheduledThreadPool;
+    /// use std::time::Duration;
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+    /// let f = pool.schedule(|| (), Duration::from_secs(60)).unwrap();
+    /// let h = f.cancel_handle();
+    /// f.cancel();
+    /// assert!(h.is_cancelled());
+    /// ```
+    pub fn is_cancelled(&self) -> bool {
+        state::is_cancelled(self.task.header().state.load())
+    }
+}
+
+impl fmt::Debug for CancelHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CancelHandle").field("task", self.task.header()).finish_non_exhaustive()
+    }
+}
+
+fn cancel(task: &TaskRef, core: &Core) -> bool {
+    let outcome = task.cancel();
+    core.on_cancel(task, outcome);
+    outcome != crate::task::Cancelled::No
+}

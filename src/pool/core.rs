@@ -1,0 +1,404 @@
+//! `Core`: the state a pool's threads, handles and futures share.
+//!
+//! # Ground rules (shutdown vs. submit)
+//!
+//! - `outstanding` counts tasks admitted and not yet in a terminal state (waiting anywhere,
+//!   or running). A submitter increments it *before* it reads `lifecycle` (both SeqCst); the
+//!   shutdown path stores `lifecycle` before the driver reads `outstanding`. So either the
+//!   submitter sees the shutdown and backs out, or the driver sees the task and waits for it.
+//! - After `shutdown_now`'s sweep nobody drains the queues, so every push is followed by
+//!   `fence(SeqCst)` and a second look at `lifecycle`: if it reads `Stop`, the pusher tries to
+//!   stop the task itself. The task's CAS out of `SCHEDULED` decides who owns it: the sweep
+//!   (returned by `shutdown_now`), the pusher (the schedule fails with `Shutdown`), or a worker
+//!   that had already taken it (it runs). Exactly one of them.
+//! - Whoever moves a task to a terminal state calls `task_ended` once; the last one after a
+//!   shutdown wakes the driver so it can see `outstanding == 0` and let the pool terminate.
+
+use super::worker::{self, WorkerSet};
+use crate::error::ScheduleError;
+use crate::sync::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::task::{state, Cancelled, MissedTicks, PendingTask, RunEnv, RunOutcome, Stop, TaskRef};
+use crate::timer::Timer;
+use std::any::Any;
+use std::time::Instant;
+
+/// The user's panic handler.
+pub(crate) type PanicHandler = Box<dyn Fn(Box<dyn Any + Send>) + Send + Sync>;
+
+/// Where the pool is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lifecycle {
+    /// Taking tasks.
+    Running,
+    /// `shutdown`: no new tasks; waiting one-shots still run; periodic tasks stop.
+    Shutdown,
+    /// `shutdown_now`: nothing new starts.
+    Stop,
+}
+
+const RUNNING: u8 = 0;
+const SHUTDOWN: u8 = 1;
+const STOP: u8 = 2;
+
+/// What the timer thread hands back to `shutdown_now`.
+#[derive(Debug, Default)]
+struct Handoff {
+    driver_done: bool,
+    tasks: Vec<PendingTask>,
+}
+
+/// Shared by the pool, its handles, its futures, its workers and its timer thread.
+pub(crate) struct Core {
+    pub(crate) timer: Timer,
+    pub(crate) workers: WorkerSet,
+    lifecycle: AtomicU8,
+    outstanding: AtomicUsize,
+    running: AtomicUsize,
+    completed: AtomicU64,
+    cancelled: AtomicU64,
+    panicked: AtomicU64,
+    max_pending: Option<usize>,
+    panic_handler: Option<PanicHandler>,
+    /// The pool's default for fixed-rate tasks that do not choose their own.
+    pub(crate) missed_ticks: MissedTicks,
+    handoff: Mutex<Handoff>,
+    handoff_ready: Condvar,
+    driver_gone: AtomicBool,
+    /// Pool threads still alive; `terminated` is signalled when it reaches zero.
+    live_threads: Mutex<usize>,
+    terminated: Condvar,
+}
+
+impl std::fmt::Debug for Core {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core")
+            .field("lifecycle", &self.lifecycle())
+            .field("outstanding", &self.outstanding())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Counters behind `PoolStats`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Counts {
+    pub(crate) pending: usize,
+    pub(crate) running: usize,
+    pub(crate) completed: u64,
+    pub(crate) cancelled: u64,
+    pub(crate) panicked: u64,
+}
+
+impl Core {
+    pub(crate) fn new(
+        timer: Timer,
+        workers: WorkerSet,
+        threads: usize,
+        max_pending: Option<usize>,
+        panic_handler: Option<PanicHandler>,
+        missed_ticks: MissedTicks,
+    ) -> Self {
+        Core {
+            timer,
+            workers,
+            lifecycle: AtomicU8::new(RUNNING),
+            outstanding: AtomicUsize::new(0),
+            running: AtomicUsize::new(0),
+            completed: AtomicU64::new(0),
+            cancelled: AtomicU64::new(0),
+            panicked: AtomicU64::new(0),
+            max_pending,
+            panic_handler,
+            missed_ticks,
+            handoff: Mutex::new(Handoff::default()),
+            handoff_ready: Condvar::new(),
+            driver_gone: AtomicBool::new(false),
+            live_threads: Mutex::new(threads),
+            terminated: Condvar::new(),
+        }
+    }
+
+    pub(crate) fn lifecycle(&self) -> Lifecycle {
+        match self.lifecycle.load(Ordering::SeqCst) {
+            RUNNING => Lifecycle::Running,
+            SHUTDOWN => Lifecycle::Shutdown,
+            _ => Lifecycle::Stop,
+        }
+    }
+
+    pub(crate) fn outstanding(&self) -> usize {
+        self.outstanding.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn driver_gone(&self) -> bool {
+        self.driver_gone.load(Ordering::SeqCst)
+    }
+
+    // ---- submission -------------------------------------------------------------------------
+
+    /// Admits and routes a new task (deadline in its header). On error nothing is queued and
+    /// the task (with its closure) is dropped by the caller.
+    pub(crate) fn submit(&self, task: TaskRef) -> Result<(), ScheduleError> {
+        self.admit()?;
+        self.route(task.clone());
+        self.recheck_stop(&task)
+    }
+
+    /// Counts the task in, or refuses it (shutdown, saturation) without a trace.
+    fn admit(&self) -> Result<(), ScheduleError> {
+        // SeqCst increment before the SeqCst lifecycle read: see the ground rules.
+        let before = self.outstanding.fetch_add(1, Ordering::SeqCst);
+        if self.lifecycle.load(Ordering::SeqCst) != RUNNING {
+            self.task_ended();
+            return Err(ScheduleError::Shutdown);
+        }
+        if let Some(max) = self.max_pending {
+            let pending = before.saturating_sub(self.running.load(Ordering::Relaxed));
+            if pending >= max {
+                self.task_ended();
+                return Err(ScheduleError::Saturated { max_pending: max });
+            }
+        }
+        Ok(())
+    }
+
+    /// Due now: straight to a run queue (skipping the wheel). Later: to the timer thread.
+    fn route(&self, task: TaskRef) {
+        if task.header().deadline() <= self.timer.time.now_nanos() {
+            self.push_ready(task);
+        } else {
+            self.timer.submit(task);
+        }
+    }
+
+    /// After a push: if `shutdown_now` may have swept already, try to take the task back.
+    fn recheck_stop(&self, task: &TaskRef) -> Result<(), ScheduleError> {
+        // SeqCst fence: pairs with the SeqCst lifecycle store in `shutdown_now` (ground rules).
+        fence(Ordering::SeqCst);
+        if self.lifecycle.load(Ordering::SeqCst) == STOP && self.stop_task(task, Stop::Shutdown).is_some() {
+            return Err(ScheduleError::Shutdown);
+        }
+        Ok(())
+    }
+
+    /// A task is due: onto this worker's deque (if called from a worker) or the injector.
+    pub(crate) fn push_ready(&self, task: TaskRef) {
+        if let Some(s) = &self.timer.settle {
+            s.entering_pool(1);
+        }
+        if let Err(task) = worker::push_local(self, task) {
+            self.workers.injector.push(task);
+        }
+        self.workers.sleep.notify(1);
+    }
+
+    /// The timer thread's batch of due tasks.
+    pub(crate) fn push_batch(&self, batch: &mut Vec<TaskRef>) {
+        let n = batch.len();
+        if let Some(s) = &self.timer.settle {
+            s.entering_pool(n);
+        }
+        for task in batch.drain(..) {
+            self.workers.injector.push(task);
+        }
+        self.workers.sleep.notify(n);
+    }
+
+    // ---- running ----------------------------------------------------------------------------
+
+    /// Runs one task on the calling worker and does the bookkeeping for what became of it.
+    pub(crate) fn run_task(&self, task: TaskRef) {
+        self.running.fetch_add(1, Ordering::Relaxed);
+        match task.run(self) {
+            RunOutcome::NotStarted => {}
+            RunOutcome::Finished(end) => {
+                self.count_end(end);
+                self.task_ended();
+            }
+            RunOutcome::Rearm { panicked } => {
+                if !panicked {
+                    self.completed.fetch_add(1, Ordering::Relaxed);
+                }
+                self.route(task.clone());
+                if self.recheck_stop(&task).is_err() {
+                    // stopped by shutdown_now after its run: accounted in stop_task
+                }
+            }
+        }
+        self.running.fetch_sub(1, Ordering::Relaxed);
+        if let Some(s) = &self.timer.settle {
+            s.left_pool();
+        }
+    }
+
+    fn count_end(&self, end: u8) {
+        let counter = match end {
+            state::COMPLETED | state::SHUT_DOWN => &self.completed,
+            state::PANICKED => return, // counted in `report_panic`, once per panic
+            _ => &self.cancelled,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One admitted task reached a terminal state.
+    pub(crate) fn task_ended(&self) {
+        // SeqCst: pairs with the lifecycle store in `shutdown` (ground rules).
+        if self.outstanding.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.lifecycle.load(Ordering::SeqCst) != RUNNING
+        {
+            self.timer.wake();
+        }
+    }
+
+    // ---- cancel and stop --------------------------------------------------------------------
+
+    /// The user cancelled `task` through its future or a `CancelHandle`.
+    pub(crate) fn on_cancel(&self, task: &TaskRef, outcome: Cancelled) {
+        if outcome == Cancelled::Waiting {
+            self.cancelled.fetch_add(1, Ordering::Relaxed);
+            self.task_ended();
+            self.timer.cancelled(task.clone());
+        }
+    }
+
+    /// The pool stops a waiting task (see `Stop`); returns its closure for `Stop::Now`.
+    pub(crate) fn stop_task(&self, task: &TaskRef, why: Stop) -> Option<PendingTask> {
+        let won = task.stop(why)?;
+        self.count_end(match why {
+            Stop::Now => state::CANCELLED,
+            Stop::Shutdown => state::SHUT_DOWN,
+        });
+        self.task_ended();
+        won
+    }
+
+    // ---- shutdown ---------------------------------------------------------------------------
+
+    /// No new tasks; what is waiting still runs, periodic tasks stop.
+    pub(crate) fn shutdown(&self) {
+        let _ = self.lifecycle.compare_exchange(RUNNING, SHUTDOWN, Ordering::SeqCst, Ordering::SeqCst);
+        self.timer.wake();
+    }
+
+    /// Nothing new starts; everything not started is stopped and returned.
+    pub(crate) fn shutdown_now(&self) -> Vec<PendingTask> {
+        self.lifecycle.store(STOP, Ordering::SeqCst);
+        self.timer.wake();
+        self.workers.sleep.wake_all();
+        let mut taken = Vec::new();
+        let mut sweep = |task: TaskRef| taken.extend(self.stop_task(&task, Stop::Now));
+        crate::timer::driver::drain_queue(&self.workers.injector, &mut sweep);
+        for stealer in &self.workers.stealers {
+            loop {
+                match stealer.steal() {
+                    crate::sync::Steal::Success(task) => sweep(task),
+                    crate::sync::Steal::Empty => break,
+                    crate::sync::Steal::Retry => continue,
+                }
+            }
+        }
+        let mut handoff = self.handoff.lock();
+        while !handoff.driver_done {
+            handoff = crate::sync::wait_until(&self.handoff_ready, handoff, None);
+        }
+        taken.append(&mut handoff.tasks);
+        taken
+    }
+
+    /// The timer thread hands back what it held at `shutdown_now`.
+    pub(crate) fn hand_back(&self, tasks: Vec<PendingTask>) {
+        self.handoff.lock().tasks.extend(tasks);
+    }
+
+    /// The timer thread is exiting (normally or not).
+    pub(crate) fn driver_exited(&self) {
+        self.driver_gone.store(true, Ordering::SeqCst);
+        self.handoff.lock().driver_done = true;
+        self.handoff_ready.notify_all();
+        crate::timer::driver::release_settle(&self.timer);
+        self.workers.sleep.wake_all();
+    }
+
+    /// True when an idle worker should leave: stopped, or shut down with nothing left.
+    pub(crate) fn worker_should_exit(&self) -> bool {
+        match self.lifecycle() {
+            Lifecycle::Running => false,
+            Lifecycle::Stop => true,
+            Lifecycle::Shutdown => self.driver_gone() && !self.workers.has_work(),
+        }
+    }
+
+    /// A pool thread is exiting.
+    pub(crate) fn thread_exited(&self) {
+        let mut live = self.live_threads.lock();
+        *live -= 1;
+        if *live == 0 {
+            self.terminated.notify_all();
+        }
+    }
+
+    /// Waits until every pool thread has exited, or `deadline` passes.
+    pub(crate) fn await_termination(&self, deadline: Option<Instant>) -> bool {
+        let mut live = self.live_threads.lock();
+        while *live > 0 {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return false;
+            }
+            live = crate::sync::wait_until(&self.terminated, live, deadline);
+        }
+        true
+    }
+
+    pub(crate) fn is_terminated(&self) -> bool {
+        *self.live_threads.lock() == 0
+    }
+
+    pub(crate) fn is_shutdown(&self) -> bool {
+        self.lifecycle() != Lifecycle::Running
+    }
+
+    pub(crate) fn counts(&self) -> Counts {
+        let running = self.running.load(Ordering::Relaxed);
+        Counts {
+            pending: self.outstanding().saturating_sub(running),
+            running,
+            completed: self.completed.load(Ordering::Relaxed),
+            cancelled: self.cancelled.load(Ordering::Relaxed),
+            panicked: self.panicked.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl RunEnv for Core {
+    fn now_nanos(&self) -> u64 {
+        self.timer.time.now_nanos()
+    }
+
+    fn stopping(&self) -> bool {
+        self.lifecycle.load(Ordering::SeqCst) != RUNNING
+    }
+
+    fn report_panic(&self, payload: Box<dyn Any + Send>) -> String {
+        self.panicked.fetch_add(1, Ordering::Relaxed);
+        let message = panic_message(&*payload);
+        if let Some(handler) = &self.panic_handler {
+            // A panicking handler must not take the worker down with it.
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(payload)));
+            if let Err(inner) = outcome {
+                // Dropping a payload can itself panic; keep it from unwinding out of here.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(inner)));
+            }
+        }
+        message
+    }
+}
+
+/// The text of a panic payload (`panic!("...")` gives `&str` or `String`).
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}

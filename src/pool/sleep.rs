@@ -1,0 +1,110 @@
+//! How idle workers sleep and how a push wakes one of them.
+//!
+//! # Ground rules
+//!
+//! - A worker with nothing to do announces itself: under `sleepers`' lock it pushes its index
+//!   and bumps `num_sleeping` (SeqCst). Then `fence(SeqCst)`, then it looks for work once more;
+//!   if it finds any (or the pool is ending) it withdraws instead of parking.
+//! - A pusher makes its task visible in a queue, then `fence(SeqCst)`, then reads
+//!   `num_sleeping`. If it is non-zero it pops up to `n` sleepers under the lock and unparks each.
+//! - The two fences make a Dekker pair: either the sleeper's last look sees the task, or the
+//!   pusher sees the sleeper. So a task is never left queued while every worker sleeps (no lost
+//!   wake-up).
+//! - A push wakes at most as many sleepers as it pushed tasks (a single push wakes one, never
+//!   all: no thundering herd). A worker that takes a task from the shared injector and sees more
+//!   behind it wakes one more sleeper, so a backlog spreads without a broadcast.
+//! - Every change to `sleepers` and `num_sleeping` happens under `sleepers`' lock, so the count
+//!   never disagrees with the list for longer than a critical section.
+//! - Each worker's `Parker` keeps one token: an unpark that lands between the announcement and the
+//!   park is not lost; a stale token costs one extra look for work.
+
+use crate::sync::{fence, AtomicUsize, Mutex, Ordering, Parker};
+
+/// The sleep side of the pool.
+#[derive(Debug)]
+pub(crate) struct Sleep {
+    /// Indices of announced sleepers, most recent last (woken LIFO: warm caches first).
+    sleepers: Mutex<Vec<usize>>,
+    /// `sleepers.len()`, readable without the lock.
+    num_sleeping: AtomicUsize,
+    parkers: Box<[Parker]>,
+}
+
+impl Sleep {
+    pub(crate) fn new(workers: usize) -> Self {
+        Sleep {
+            sleepers: Mutex::new(Vec::with_capacity(workers)),
+            num_sleeping: AtomicUsize::new(0),
+            parkers: (0..workers).map(|_| Parker::new()).collect(),
+        }
+    }
+
+    /// Puts worker `index` to sleep unless `has_work()` says otherwise after the announcement.
+    pub(crate) fn sleep(&self, index: usize, has_work: impl Fn() -> bool) {
+        {
+            let mut sleepers = self.sleepers.lock();
+            sleepers.push(index);
+            self.num_sleeping.fetch_add(1, Ordering::SeqCst);
+        }
+        // SeqCst fence: pairs with the fence in `notify` (ground rules above).
+        fence(Ordering::SeqCst);
+        if !has_work() {
+            self.parkers[index].park(None);
+        }
+        self.withdraw(index);
+    }
+
+    /// Removes `index` from the sleepers if a waker has not already done so.
+    fn withdraw(&self, index: usize) {
+        let mut sleepers = self.sleepers.lock();
+        if let Some(pos) = sleepers.iter().rposition(|&i| i == index) {
+            sleepers.swap_remove(pos);
+            self.num_sleeping.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// `n` tasks were just pushed: wake up to `n` sleepers.
+    pub(crate) fn notify(&self, n: usize) {
+        // SeqCst fence: pairs with the fence in `sleep`; the pushed tasks are visible before we
+        // read `num_sleeping`.
+        fence(Ordering::SeqCst);
+        if n == 0 || self.num_sleeping.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        self.wake(n);
+    }
+
+    #[cold]
+    fn wake(&self, n: usize) {
+        let mut woken = [0usize; 8];
+        let mut count = 0;
+        {
+            let mut sleepers = self.sleepers.lock();
+            while count < n.min(woken.len()) {
+                let Some(index) = sleepers.pop() else { break };
+                self.num_sleeping.fetch_sub(1, Ordering::SeqCst);
+                woken[count] = index;
+                count += 1;
+            }
+        }
+        // Unpark outside the lock.
+        for &index in &woken[..count] {
+            self.parkers[index].unpark();
+        }
+        if n > woken.len() && count == woken.len() {
+            self.wake(n - count);
+        }
+    }
+
+    /// Wakes every worker (shutdown): sleepers and anyone about to sleep.
+    pub(crate) fn wake_all(&self) {
+        {
+            let mut sleepers = self.sleepers.lock();
+            sleepers.clear();
+            self.num_sleeping.store(0, Ordering::SeqCst);
+        }
+        for p in self.parkers.iter() {
+            p.unpark();
+        }
+    }
+}

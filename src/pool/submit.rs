@@ -1,0 +1,302 @@
+//! The generic front of scheduling: build the task cell, then hand it to the one non-generic
+//! `Core::submit`. Shared by `ScheduledThreadPool` and `Handle` through `scheduling_methods!`.
+
+use super::core::Core;
+use crate::error::ScheduleError;
+use crate::future::ScheduledFuture;
+use crate::sync::Arc;
+use crate::task::periodic::{Periodic, Plan};
+use crate::task::{OneShot, PeriodicOptions, TaskCell, TaskRef};
+use crate::timer::duration_nanos;
+use std::time::{Duration, Instant};
+
+/// Deadline (nanoseconds since the pool's origin) `delay` from now.
+pub(crate) fn after(core: &Core, delay: Duration) -> u64 {
+    core.timer.time.now_nanos().saturating_add(duration_nanos(delay))
+}
+
+/// Deadline of `at` on the pool's time line (an instant in the past is due now).
+pub(crate) fn at(core: &Core, at: Instant) -> u64 {
+    core.timer.time.nanos_of(at)
+}
+
+pub(crate) fn one_shot<F, T>(core: &Arc<Core>, f: F, deadline: u64) -> Result<ScheduledFuture<T>, ScheduleError>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let cell = Arc::new(TaskCell::new(OneShot::new(f), deadline));
+    let raw: TaskRef = cell.clone();
+    core.submit(raw)?;
+    Ok(ScheduledFuture::new(cell, core.clone()))
+}
+
+pub(crate) fn execute<F>(core: &Arc<Core>, f: F) -> Result<(), ScheduleError>
+where
+    F: FnOnce() + Send + 'static,
+{
+    core.submit(Arc::new(TaskCell::new(OneShot::new(f), 0)))
+}
+
+/// Which kind of periodic task.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Every {
+    Rate(Duration),
+    Delay(Duration),
+}
+
+pub(crate) fn periodic<F>(
+    core: &Arc<Core>,
+    f: F,
+    initial: Duration,
+    every: Every,
+    opts: PeriodicOptions,
+) -> Result<ScheduledFuture<()>, ScheduleError>
+where
+    F: FnMut() + Send + 'static,
+{
+    let first = after(core, initial);
+    let plan = match every {
+        Every::Rate(period) if !period.is_zero() => Plan::Rate {
+            period: duration_nanos(period),
+            planned: first,
+            missed: opts.missed_ticks_policy().unwrap_or(core.missed_ticks),
+        },
+        Every::Delay(delay) if !delay.is_zero() => Plan::Delay { delay: duration_nanos(delay) },
+        _ => return Err(ScheduleError::ZeroPeriod),
+    };
+    let cell = Arc::new(TaskCell::new(Periodic::new(f, plan, opts.survives_panics()), first));
+    let raw: TaskRef = cell.clone();
+    core.submit(raw)?;
+    Ok(ScheduledFuture::new(cell, core.clone()))
+}
+
+/// The scheduling methods of `ScheduledThreadPool` and `Handle`: one text, two types. The type
+/// provides `fn with_core<R>(&self, f: impl FnOnce(&Arc<Core>) -> Result<R, ScheduleError>)`.
+macro_rules! scheduling_methods {
+    () => {
+        /// Runs `f` as soon as a worker is free (it skips the wheel).
+        ///
+        /// A panic in `f` goes to the panic handler; there is no future to report it to.
+        ///
+        /// # Errors
+        ///
+        /// [`ScheduleError::Shutdown`] after shutdown (or when the pool is gone),
+        /// [`ScheduleError::Saturated`] past `max_pending`.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use wheelpool::ScheduledThreadPool;
+        /// use std::sync::mpsc;
+        ///
+        /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+        /// let (tx, rx) = mpsc::channel();
+        /// pool.execute(move || tx.send("ran").unwrap()).unwrap();
+        /// assert_eq!(rx.recv().unwrap(), "ran");
+        /// ```
+        pub fn execute<F>(&self, f: F) -> Result<(), ScheduleError>
+        where
+            F: FnOnce() + Send + 'static,
+        {
+            self.with_core(|core| $crate::pool::submit::execute(core, f))
+        }
+
+        /// Runs `f` once, `delay` from now (never earlier; deadlines round up to the next tick).
+        /// A zero delay runs as soon as a worker is free; `Duration::MAX` never comes.
+        ///
+        /// # Errors
+        ///
+        /// [`ScheduleError::Shutdown`] or [`ScheduleError::Saturated`]; nothing was queued.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use wheelpool::ScheduledThreadPool;
+        /// use std::time::{Duration, Instant};
+        ///
+        /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+        /// let start = Instant::now();
+        /// let f = pool.schedule(move || start.elapsed(), Duration::from_millis(20)).unwrap();
+        /// assert!(f.join().unwrap() >= Duration::from_millis(20));
+        /// ```
+        pub fn schedule<F, T>(&self, f: F, delay: Duration) -> Result<ScheduledFuture<T>, ScheduleError>
+        where
+            F: FnOnce() -> T + Send + 'static,
+            T: Send + 'static,
+        {
+            self.with_core(|core| {
+                let deadline = $crate::pool::submit::after(core, delay);
+                $crate::pool::submit::one_shot(core, f, deadline)
+            })
+        }
+
+        /// Runs `f` once at `at`, an instant on the pool's clock (with a `ManualClock`, take it
+        /// from `clock.now()`). An instant in the past runs as soon as a worker is free.
+        ///
+        /// # Errors
+        ///
+        /// [`ScheduleError::Shutdown`] or [`ScheduleError::Saturated`]; nothing was queued.
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use wheelpool::ScheduledThreadPool;
+        /// use std::time::{Duration, Instant};
+        ///
+        /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+        /// let at = Instant::now() + Duration::from_millis(10);
+        /// let f = pool.schedule_at(move || Instant::now() >= at, at).unwrap();
+        /// assert_eq!(f.join(), Ok(true));
+        /// ```
+        pub fn schedule_at<F, T>(&self, f: F, at: Instant) -> Result<ScheduledFuture<T>, ScheduleError>
+        where
+            F: FnOnce() -> T + Send + 'static,
+            T: Send + 'static,
+        {
+            self.with_core(|core| {
+                let deadline = $crate::pool::submit::at(core, at);
+                $crate::pool::submit::one_shot(core, f, deadline)
+            })
+        }
+
+        /// Runs `f` at `initial`, `initial + period`, `initial + 2 * period`, ... measured from
+        /// this call, whatever the runs take (no drift). A run that overruns delays the next
+        /// one; runs never overlap; missed runs follow the pool's [`MissedTicks`] policy
+        /// (default `Burst`, like Java). Example: period 5 s, a run takes 2 s: the next starts
+        /// 3 s after it ends, still on the 5 s grid.
+        ///
+        /// The future completes only when the task stops (cancel, panic, shutdown).
+        ///
+        /// # Errors
+        ///
+        /// [`ScheduleError::ZeroPeriod`] for a zero `period`; [`ScheduleError::Shutdown`] or
+        /// [`ScheduleError::Saturated`].
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use wheelpool::ScheduledThreadPool;
+        /// use std::sync::mpsc;
+        /// use std::time::Duration;
+        ///
+        /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+        /// let (tx, rx) = mpsc::channel();
+        /// let beat = pool
+        ///     .schedule_at_fixed_rate(move || { let _ = tx.send(()); }, Duration::ZERO, Duration::from_millis(5))
+        ///     .unwrap();
+        /// for _ in 0..3 {
+        ///     rx.recv().unwrap();
+        /// }
+        /// assert!(beat.cancel());
+        /// ```
+        pub fn schedule_at_fixed_rate<F>(
+            &self,
+            f: F,
+            initial: Duration,
+            period: Duration,
+        ) -> Result<ScheduledFuture<()>, ScheduleError>
+        where
+            F: FnMut() + Send + 'static,
+        {
+            self.schedule_at_fixed_rate_with(f, initial, period, PeriodicOptions::new())
+        }
+
+        /// [`schedule_at_fixed_rate`](Self::schedule_at_fixed_rate) with per-task options
+        /// (missed-run policy, surviving panics).
+        ///
+        /// # Errors
+        ///
+        /// As [`schedule_at_fixed_rate`](Self::schedule_at_fixed_rate).
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use wheelpool::{MissedTicks, PeriodicOptions, ScheduledThreadPool};
+        /// use std::time::Duration;
+        ///
+        /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+        /// let opts = PeriodicOptions::new().missed_ticks(MissedTicks::Skip).survive_panics(true);
+        /// let f = pool.schedule_at_fixed_rate_with(|| (), Duration::from_secs(1), Duration::from_secs(1), opts).unwrap();
+        /// assert!(f.cancel());
+        /// ```
+        pub fn schedule_at_fixed_rate_with<F>(
+            &self,
+            f: F,
+            initial: Duration,
+            period: Duration,
+            opts: PeriodicOptions,
+        ) -> Result<ScheduledFuture<()>, ScheduleError>
+        where
+            F: FnMut() + Send + 'static,
+        {
+            let every = $crate::pool::submit::Every::Rate(period);
+            self.with_core(|core| $crate::pool::submit::periodic(core, f, initial, every, opts))
+        }
+
+        /// Runs `f` at `initial`, then again `delay` after each run returns. Example: delay
+        /// 5 s, a run takes 2 s: runs start 7 s apart.
+        ///
+        /// The future completes only when the task stops (cancel, panic, shutdown).
+        ///
+        /// # Errors
+        ///
+        /// [`ScheduleError::ZeroPeriod`] for a zero `delay`; [`ScheduleError::Shutdown`] or
+        /// [`ScheduleError::Saturated`].
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use wheelpool::{ScheduledThreadPool, ScheduleError};
+        /// use std::time::Duration;
+        ///
+        /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+        /// let err = pool.schedule_with_fixed_delay(|| (), Duration::ZERO, Duration::ZERO).unwrap_err();
+        /// assert_eq!(err, ScheduleError::ZeroPeriod);
+        /// ```
+        pub fn schedule_with_fixed_delay<F>(
+            &self,
+            f: F,
+            initial: Duration,
+            delay: Duration,
+        ) -> Result<ScheduledFuture<()>, ScheduleError>
+        where
+            F: FnMut() + Send + 'static,
+        {
+            self.schedule_with_fixed_delay_with(f, initial, delay, PeriodicOptions::new())
+        }
+
+        /// [`schedule_with_fixed_delay`](Self::schedule_with_fixed_delay) with per-task options
+        /// (surviving panics; the missed-run policy does not apply to fixed delay).
+        ///
+        /// # Errors
+        ///
+        /// As [`schedule_with_fixed_delay`](Self::schedule_with_fixed_delay).
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use wheelpool::{PeriodicOptions, ScheduledThreadPool};
+        /// use std::time::Duration;
+        ///
+        /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+        /// let opts = PeriodicOptions::new().survive_panics(true);
+        /// let f = pool.schedule_with_fixed_delay_with(|| (), Duration::from_secs(1), Duration::from_secs(1), opts).unwrap();
+        /// assert!(f.cancel());
+        /// ```
+        pub fn schedule_with_fixed_delay_with<F>(
+            &self,
+            f: F,
+            initial: Duration,
+            delay: Duration,
+            opts: PeriodicOptions,
+        ) -> Result<ScheduledFuture<()>, ScheduleError>
+        where
+            F: FnMut() + Send + 'static,
+        {
+            let every = $crate::pool::submit::Every::Delay(delay);
+            self.with_core(|core| $crate::pool::submit::periodic(core, f, initial, every, opts))
+        }
+    };
+}
+pub(crate) use scheduling_methods;

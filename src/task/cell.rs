@@ -1,0 +1,226 @@
+//! `TaskCell<J>`: the one allocation behind a task and its future.
+
+use super::state::{CANCELLED, COMPLETED, PANICKED, RUNNING, RUNNING_CANCELLED, SCHEDULED, SHUT_DOWN};
+use super::{Cancelled, Header, Job, PendingTask, RawTask, RunEnv, RunOutcome, Stop, TaskResult};
+use crate::error::TaskError;
+use crate::sync::{wait_until, Condvar, Mutex, MutexGuard};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+/// An internal invariant broke: state would be corrupt if we went on, so stop the process loudly.
+#[cold]
+#[inline(never)]
+pub(crate) fn broken_invariant(what: &str) -> ! {
+    eprintln!("wheelpool: internal invariant broken: {what}; aborting");
+    std::process::abort()
+}
+
+/// Where the closure or its result is. Guarded by `TaskCell::body`.
+enum Stage<J: Job> {
+    /// Waiting to run: the closure is here.
+    Waiting(J),
+    /// A worker has the closure.
+    Running,
+    /// Finished; the future has not taken the result yet.
+    Done(Result<J::Output, TaskError>),
+    /// The future took the result.
+    Taken,
+}
+
+struct Body<J: Job> {
+    stage: Stage<J>,
+    /// The waker of the task that last polled the future.
+    waker: Option<Waker>,
+}
+
+/// A task: header, closure-or-result, and the signal blocking joiners wait on.
+pub(crate) struct TaskCell<J: Job> {
+    header: Header,
+    body: Mutex<Body<J>>,
+    finished: Condvar,
+}
+
+impl<J: Job> std::fmt::Debug for TaskCell<J> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TaskCell").field("header", &self.header).finish_non_exhaustive()
+    }
+}
+
+impl<J: Job> TaskCell<J> {
+    /// A new task, `SCHEDULED` for `deadline` (nanoseconds since the pool's origin).
+    pub(crate) fn new(job: J, deadline: u64) -> Self {
+        TaskCell {
+            header: Header::new(deadline, job.is_periodic()),
+            body: Mutex::new(Body { stage: Stage::Waiting(job), waker: None }),
+            finished: Condvar::new(),
+        }
+    }
+
+    /// Stores the final result, then wakes the future. The caller has already moved the state to
+    /// a terminal value (or does so under this same lock via `decide`). Returns the closure if it
+    /// was still here so the caller drops it outside the lock.
+    fn complete(&self, mut body: MutexGuard<'_, Body<J>>, result: Result<J::Output, TaskError>) -> Option<J> {
+        let old = std::mem::replace(&mut body.stage, Stage::Done(result));
+        let waker = body.waker.take();
+        drop(body);
+        self.finished.notify_all();
+        if let Some(w) = waker {
+            w.wake();
+        }
+        match old {
+            Stage::Waiting(job) => Some(job),
+            _ => None,
+        }
+    }
+
+    /// Takes the closure out for a run; we won `SCHEDULED -> RUNNING`, so it must be here.
+    fn take_job(&self) -> J {
+        let mut body = self.body.lock();
+        match std::mem::replace(&mut body.stage, Stage::Running) {
+            Stage::Waiting(job) => job,
+            _ => broken_invariant("a task won the run but its closure was gone"),
+        }
+    }
+
+    /// After a periodic run: put the closure back and become `SCHEDULED` for `next`, unless a
+    /// cancel came in during the run.
+    fn rearm(&self, job: J, next: u64, panicked: bool) -> RunOutcome {
+        self.header.set_deadline(next);
+        let mut body = self.body.lock();
+        body.stage = Stage::Waiting(job);
+        // The closure is back in the body before the task can be seen as SCHEDULED again, so a
+        // canceller that wins SCHEDULED -> CANCELLED finds it there.
+        if self.header.state.transition(RUNNING, SCHEDULED) {
+            return RunOutcome::Rearm { panicked };
+        }
+        // RUNNING_CANCELLED: the cancel returned true; no run may follow.
+        self.header.state.finish(CANCELLED);
+        let job = self.complete(body, Err(TaskError::Cancelled));
+        drop(job);
+        RunOutcome::Finished(CANCELLED)
+    }
+
+    /// After a run that ends the task: store `result` as `to`, or `Cancelled` if a cancel came in.
+    fn finish_run(&self, job: J, to: u8, result: Result<J::Output, TaskError>) -> RunOutcome {
+        let body = self.body.lock();
+        let (end, dropped) = if self.header.state.transition(RUNNING, to) {
+            (to, self.complete(body, result))
+        } else {
+            // RUNNING_CANCELLED: the run's value (if any) is dropped, the future says Cancelled.
+            self.header.state.finish(CANCELLED);
+            (CANCELLED, self.complete(body, Err(TaskError::Cancelled)))
+        };
+        drop(dropped);
+        drop(job);
+        RunOutcome::Finished(end)
+    }
+}
+
+impl<J: Job> RawTask for TaskCell<J> {
+    fn header(&self) -> &Header {
+        &self.header
+    }
+
+    fn run(&self, env: &dyn RunEnv) -> RunOutcome {
+        if !self.header.state.transition(SCHEDULED, RUNNING) {
+            return RunOutcome::NotStarted;
+        }
+        let mut job = self.take_job();
+        let result = catch_unwind(AssertUnwindSafe(|| job.call())).map_err(|p| env.report_panic(p));
+        let go_on = match &result {
+            Ok(_) => true,
+            Err(_) => job.survives_panic(),
+        };
+        if job.is_periodic() && go_on {
+            if env.stopping() {
+                return self.finish_run(job, SHUT_DOWN, Err(TaskError::Shutdown));
+            }
+            if let Some(next) = job.plan_next(env.now_nanos()) {
+                return self.rearm(job, next, result.is_err());
+            }
+        }
+        match result {
+            Ok(value) => self.finish_run(job, COMPLETED, Ok(value)),
+            Err(msg) => self.finish_run(job, PANICKED, Err(TaskError::Panicked(msg))),
+        }
+    }
+
+    fn cancel(&self) -> Cancelled {
+        loop {
+            match self.header.state.load() {
+                SCHEDULED => {
+                    if self.header.state.transition(SCHEDULED, CANCELLED) {
+                        let job = self.complete(self.body.lock(), Err(TaskError::Cancelled));
+                        drop(job); // the closure and what it captured go now, not at the deadline
+                        return Cancelled::Waiting;
+                    }
+                }
+                RUNNING => {
+                    if self.header.state.transition(RUNNING, RUNNING_CANCELLED) {
+                        return Cancelled::Running;
+                    }
+                }
+                _ => return Cancelled::No,
+            }
+        }
+    }
+
+    fn stop(&self, why: Stop) -> Option<Option<PendingTask>> {
+        let (to, err) = match why {
+            Stop::Now => (CANCELLED, TaskError::Cancelled),
+            Stop::Shutdown => (SHUT_DOWN, TaskError::Shutdown),
+        };
+        if !self.header.state.transition(SCHEDULED, to) {
+            return None;
+        }
+        let job = self.complete(self.body.lock(), Err(err));
+        Some(match why {
+            Stop::Now => job.map(Job::into_pending),
+            Stop::Shutdown => None,
+        })
+    }
+}
+
+impl<J: Job> TaskResult<J::Output> for TaskCell<J> {
+    fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<J::Output, TaskError>> {
+        let mut body = self.body.lock();
+        if let Some(result) = take_done(&mut body) {
+            return Poll::Ready(result);
+        }
+        match &body.waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => body.waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    fn wait(&self, deadline: Option<Instant>) -> Option<Result<J::Output, TaskError>> {
+        let mut body = self.body.lock();
+        loop {
+            if let Some(result) = take_done(&mut body) {
+                return Some(result);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return None;
+            }
+            body = wait_until(&self.finished, body, deadline);
+        }
+    }
+}
+
+/// Takes a finished result out of the body.
+///
+/// # Panics
+///
+/// If the result was already taken: a future is polled again after it returned `Ready`.
+fn take_done<J: Job>(body: &mut Body<J>) -> Option<Result<J::Output, TaskError>> {
+    match body.stage {
+        Stage::Done(_) => match std::mem::replace(&mut body.stage, Stage::Taken) {
+            Stage::Done(result) => Some(result),
+            _ => unreachable!(),
+        },
+        Stage::Taken => panic!("ScheduledFuture polled after it returned its result"),
+        _ => None,
+    }
+}

@@ -1,0 +1,147 @@
+//! The task cell: one allocation holding the closure, its atomic state, the planned deadline and
+//! the result slot that the [`ScheduledFuture`](crate::ScheduledFuture) reads.
+//!
+//! The pool sees a task as a type-erased [`TaskRef`]; the future sees the same allocation through
+//! [`TaskResult<T>`]. Who may touch the body (closure or result) is decided by the state machine in
+//! [`state`]: the thread that wins the CAS out of `SCHEDULED` owns the closure until it hands it
+//! back (periodic re-arm) or stores a final result.
+
+mod cell;
+mod job;
+mod pending;
+pub(crate) mod periodic;
+pub(crate) mod state;
+
+pub use pending::PendingTask;
+pub use periodic::{MissedTicks, PeriodicOptions};
+
+pub(crate) use cell::TaskCell;
+pub(crate) use job::{Job, OneShot};
+
+use crate::error::TaskError;
+use crate::sync::{AtomicU64, Arc, Ordering};
+use std::any::Any;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+/// A task as the pool moves it around: shared, type-erased.
+pub(crate) type TaskRef = Arc<dyn RawTask>;
+
+/// What a worker needs from its pool while it runs a task.
+pub(crate) trait RunEnv {
+    /// Nanoseconds since the pool's origin, on the pool's clock.
+    fn now_nanos(&self) -> u64;
+    /// True once the pool is shutting down: periodic tasks stop instead of re-arming.
+    fn stopping(&self) -> bool;
+    /// Hands a panic payload to the pool's panic handler; returns its message.
+    fn report_panic(&self, payload: Box<dyn Any + Send>) -> String;
+}
+
+/// What became of a task after a worker ran it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunOutcome {
+    /// Someone else won the task before it started (cancel or shutdown): nothing ran.
+    NotStarted,
+    /// The task ran and ended in this terminal state.
+    Finished(u8),
+    /// A periodic task ran (`panicked`: that run panicked and the task survives panics) and is
+    /// `SCHEDULED` again for `header().deadline()`: resubmit it.
+    Rearm { panicked: bool },
+}
+
+/// What a successful `cancel` did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cancelled {
+    /// Already finished or cancelled: nothing changed.
+    No,
+    /// It was waiting: its closure is dropped and its future completed.
+    Waiting,
+    /// It was running: that run finishes, then the task ends as cancelled.
+    Running,
+}
+
+/// Why the pool stops a task that is still waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stop {
+    /// `shutdown_now`: the task ends `Cancelled` and its closure goes back to the caller.
+    Now,
+    /// A periodic task at shutdown, or a task the pool could not accept after all: it ends
+    /// `Shutdown` and its closure is dropped.
+    Shutdown,
+}
+
+/// The fields every task has, whatever its closure and output types.
+#[derive(Debug)]
+pub(crate) struct Header {
+    pub(crate) state: state::State,
+    /// Fixed rate or fixed delay (never changes).
+    periodic: bool,
+    /// Planned start of the next run, in nanoseconds since the pool's origin; `u64::MAX`: never.
+    deadline: AtomicU64,
+    /// The wheel entry's key while the task sits in the wheel. Only the timer thread reads or
+    /// writes it, so `Relaxed` is enough.
+    wheel_key: AtomicU64,
+}
+
+/// `wheel_key` when the task is not in the wheel.
+pub(crate) const NO_KEY: u64 = u64::MAX;
+
+impl Header {
+    pub(crate) fn new(deadline: u64, periodic: bool) -> Self {
+        Header {
+            state: state::State::new(),
+            periodic,
+            deadline: AtomicU64::new(deadline),
+            wheel_key: AtomicU64::new(NO_KEY),
+        }
+    }
+
+    /// Planned start of the next run (nanoseconds since the pool's origin).
+    pub(crate) fn deadline(&self) -> u64 {
+        // Relaxed: the value travels with the task through queues that synchronise it.
+        self.deadline.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_deadline(&self, nanos: u64) {
+        self.deadline.store(nanos, Ordering::Relaxed);
+    }
+
+    /// True for fixed-rate and fixed-delay tasks.
+    pub(crate) fn is_periodic(&self) -> bool {
+        self.periodic
+    }
+
+    pub(crate) fn wheel_key(&self) -> u64 {
+        self.wheel_key.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_wheel_key(&self, key: u64) {
+        self.wheel_key.store(key, Ordering::Relaxed);
+    }
+}
+
+/// A task as the pool sees it.
+pub(crate) trait RawTask: Send + Sync + 'static {
+    fn header(&self) -> &Header;
+    /// Runs the task once on the calling worker (see [`RunOutcome`]).
+    fn run(&self, env: &dyn RunEnv) -> RunOutcome;
+    /// The user's cancel.
+    fn cancel(&self) -> Cancelled;
+    /// The pool stops a waiting task; `Some` if this call won it (with the closure for
+    /// [`Stop::Now`]). A task that is running or finished is left alone (`None`).
+    fn stop(&self, why: Stop) -> Option<Option<PendingTask>>;
+}
+
+/// A task as its future sees it.
+pub(crate) trait TaskResult<T>: RawTask {
+    /// Takes the result if the task is finished, else registers `cx`'s waker.
+    fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<T, TaskError>>;
+    /// Blocks until the task is finished (then takes the result) or `deadline` passes (`None`).
+    fn wait(&self, deadline: Option<Instant>) -> Option<Result<T, TaskError>>;
+}
+
+impl std::fmt::Debug for dyn RawTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Task").field("header", self.header()).finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,209 @@
+//! Periodic jobs: fixed rate and fixed delay, re-armed by resubmission after each run.
+//!
+//! All times are nanoseconds since the pool's origin, saturating at `u64::MAX` ("never").
+
+use super::{Job, PendingTask};
+
+/// What a fixed-rate task does about planned runs it missed because a run overran or the
+/// machine stalled.
+///
+/// Example: period 10 ms, planned runs at 0, 10, 20, 30 ms; the run at 0 takes 35 ms.
+/// - `Burst` runs at once for the missed 10, 20 and 30 ms slots, back to back, then 40 ms.
+/// - `Skip` drops the missed slots and runs next at 40 ms, the first slot of the grid not yet past.
+/// - `Delay` re-bases the grid on the end of the overrun: next run at 45 ms, then 55, 65 ms.
+///
+/// Runs of one task never overlap under any policy.
+///
+/// # Examples
+///
+/// ```
+/// use wheelpool::{MissedTicks, PeriodicOptions};
+///
+/// let opts = PeriodicOptions::new().missed_ticks(MissedTicks::Skip);
+/// assert_eq!(opts.missed_ticks_policy(), Some(MissedTicks::Skip));
+/// assert_eq!(MissedTicks::default(), MissedTicks::Burst);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum MissedTicks {
+    /// Replay missed runs back to back (Java's `scheduleAtFixedRate`). The default.
+    #[default]
+    Burst,
+    /// Skip missed runs; the next run is the first grid slot at or after now.
+    Skip,
+    /// Re-base the grid: the next run is one period after now.
+    Delay,
+}
+
+/// Per-task options for periodic tasks, passed to
+/// [`schedule_at_fixed_rate_with`](crate::ScheduledThreadPool::schedule_at_fixed_rate_with) and
+/// [`schedule_with_fixed_delay_with`](crate::ScheduledThreadPool::schedule_with_fixed_delay_with).
+///
+/// # Examples
+///
+/// ```
+/// use wheelpool::PeriodicOptions;
+///
+/// let opts = PeriodicOptions::new().survive_panics(true);
+/// assert!(opts.survives_panics());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[must_use]
+pub struct PeriodicOptions {
+    missed: Option<MissedTicks>,
+    survive_panics: bool,
+}
+
+impl PeriodicOptions {
+    /// The defaults: the pool's `MissedTicks` policy, and a panicking run stops the task.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The missed-run policy for this task (fixed rate only; fixed delay never misses).
+    pub fn missed_ticks(mut self, policy: MissedTicks) -> Self {
+        self.missed = Some(policy);
+        self
+    }
+
+    /// Keep running after a run panics (each panic still goes to the pool's panic handler).
+    /// Heartbeat loops usually want this; the default (`false`) stops the task, like Java.
+    pub fn survive_panics(mut self, yes: bool) -> Self {
+        self.survive_panics = yes;
+        self
+    }
+
+    /// The policy set with [`missed_ticks`](Self::missed_ticks), if any.
+    pub fn missed_ticks_policy(&self) -> Option<MissedTicks> {
+        self.missed
+    }
+
+    /// True if set with [`survive_panics`](Self::survive_panics).
+    pub fn survives_panics(&self) -> bool {
+        self.survive_panics
+    }
+}
+
+/// How the next run is planned.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Plan {
+    /// Runs at `first + k * period`; `planned` is the deadline of the run now due or running.
+    Rate { period: u64, planned: u64, missed: MissedTicks },
+    /// Runs `delay` after the previous run returned.
+    Delay { delay: u64 },
+}
+
+impl Plan {
+    /// The deadline of the run after one that finished at `now`.
+    pub(crate) fn next(&mut self, now: u64) -> u64 {
+        match self {
+            Plan::Delay { delay } => now.saturating_add(*delay),
+            Plan::Rate { period, planned, missed } => {
+                let on_grid = planned.saturating_add(*period);
+                let next = if on_grid >= now {
+                    on_grid
+                } else {
+                    match missed {
+                        MissedTicks::Burst => on_grid,
+                        MissedTicks::Skip => next_grid_slot(*planned, *period, now),
+                        MissedTicks::Delay => now.saturating_add(*period),
+                    }
+                };
+                *planned = next;
+                next
+            }
+        }
+    }
+}
+
+/// The first slot `base + k * period` (k >= 1) at or after `now`; `now > base`, `period > 0`.
+fn next_grid_slot(base: u64, period: u64, now: u64) -> u64 {
+    let steps = (now - base).div_ceil(period);
+    base.saturating_add(steps.saturating_mul(period))
+}
+
+/// A periodic closure and its plan.
+pub(crate) struct Periodic<F> {
+    f: F,
+    plan: Plan,
+    survive_panics: bool,
+}
+
+impl<F: FnMut() + Send + 'static> Periodic<F> {
+    pub(crate) fn new(f: F, plan: Plan, survive_panics: bool) -> Self {
+        Periodic { f, plan, survive_panics }
+    }
+}
+
+impl<F: FnMut() + Send + 'static> Job for Periodic<F> {
+    type Output = ();
+
+    fn call(&mut self) {
+        (self.f)()
+    }
+
+    fn plan_next(&mut self, now: u64) -> Option<u64> {
+        Some(self.plan.next(now))
+    }
+
+    fn survives_panic(&self) -> bool {
+        self.survive_panics
+    }
+
+    fn is_periodic(&self) -> bool {
+        true
+    }
+
+    fn into_pending(self) -> PendingTask {
+        PendingTask::new(true, Box::new(self.f))
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn rate(period: u64, planned: u64, missed: MissedTicks) -> Plan {
+        Plan::Rate { period, planned, missed }
+    }
+
+    #[test]
+    fn on_time_runs_follow_the_grid_for_every_policy() {
+        for missed in [MissedTicks::Burst, MissedTicks::Skip, MissedTicks::Delay] {
+            let mut p = rate(10, 0, missed);
+            assert_eq!(p.next(3), 10);
+            assert_eq!(p.next(12), 20);
+            assert_eq!(p.next(20), 30, "finishing exactly on the next slot is not a miss");
+        }
+    }
+
+    #[test]
+    fn overrun_by_policy_matches_the_documented_example() {
+        // period 10, planned at 0, the run ends at 35.
+        let mut burst = rate(10, 0, MissedTicks::Burst);
+        let b: Vec<u64> = (0..4).map(|_| burst.next(35)).collect();
+        assert_eq!(b, vec![10, 20, 30, 40]);
+        let mut skip = rate(10, 0, MissedTicks::Skip);
+        assert_eq!(skip.next(35), 40);
+        assert_eq!(skip.next(41), 50);
+        let mut delay = rate(10, 0, MissedTicks::Delay);
+        assert_eq!(delay.next(35), 45);
+        assert_eq!(delay.next(46), 55);
+    }
+
+    #[test]
+    fn fixed_delay_counts_from_the_end_of_the_run() {
+        let mut p = Plan::Delay { delay: 7 };
+        assert_eq!(p.next(100), 107);
+        assert_eq!(p.next(u64::MAX - 1), u64::MAX);
+    }
+
+    #[test]
+    fn arithmetic_saturates_at_never() {
+        let mut p = rate(u64::MAX, u64::MAX - 5, MissedTicks::Skip);
+        assert_eq!(p.next(u64::MAX - 1), u64::MAX);
+        assert_eq!(next_grid_slot(0, 3, u64::MAX), u64::MAX);
+        assert_eq!(next_grid_slot(5, 10, 6), 15);
+        assert_eq!(next_grid_slot(5, 10, 15), 15);
+    }
+}

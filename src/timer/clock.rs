@@ -1,0 +1,295 @@
+//! Where time comes from: the system clock, or a [`ManualClock`] that tests move by hand.
+//!
+//! Every time the pool handles goes through [`TimeBase`]: nanoseconds since the pool's origin
+//! (saturating at `u64::MAX`, which means "never") and ticks of the wheel. Deadlines round *up*
+//! to the next tick and "now" rounds *down*, so a task never fires before its deadline.
+
+use crate::sync::{AtomicU64, Arc, Mutex, Ordering, Weak};
+use std::fmt;
+use std::time::{Duration, Instant};
+
+/// A pool attached to a manual clock: `advance` asks it to run what is due and report its next
+/// deadline.
+pub(crate) trait ClockListener: Send + Sync {
+    /// Runs every task due at the clock's current time, waits until they (and what they
+    /// scheduled for now) have finished, and returns the earliest deadline still pending.
+    fn settle(&self) -> Option<Instant>;
+    /// Time moved without a settle (an `advance` from inside a task): look at the clock again.
+    fn time_moved(&self);
+}
+
+/// Virtual time for tests: it stands still until [`advance`](ManualClock::advance).
+///
+/// Pass a clone to [`Builder::clock`](crate::Builder::clock). Every pool built with it measures
+/// delays on this time line, and [`now`](ManualClock::now) gives the `Instant` that
+/// [`schedule_at`](crate::ScheduledThreadPool::schedule_at) expects.
+///
+/// # Examples
+///
+/// ```
+/// use wheelpool::{ManualClock, ScheduledThreadPool};
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new();
+/// let pool = ScheduledThreadPool::builder().threads(2).clock(clock.clone()).build().unwrap();
+/// let runs = Arc::new(AtomicUsize::new(0));
+/// let r = runs.clone();
+/// let beat = pool
+///     .schedule_at_fixed_rate(move || { r.fetch_add(1, Ordering::SeqCst); },
+///                             Duration::from_millis(10), Duration::from_millis(10))
+///     .unwrap();
+/// clock.advance(Duration::from_millis(100));
+/// assert_eq!(runs.load(Ordering::SeqCst), 10); // 10, 20, ..., 100 ms: all ran before advance returned
+/// beat.cancel();
+/// ```
+#[derive(Clone)]
+pub struct ManualClock {
+    inner: Arc<ManualInner>,
+}
+
+struct ManualInner {
+    base: Instant,
+    /// Nanoseconds since `base`; only grows.
+    offset: AtomicU64,
+    listeners: Mutex<Vec<Weak<dyn ClockListener>>>,
+    /// One `advance` at a time walks the deadlines.
+    advancing: Mutex<()>,
+}
+
+thread_local! {
+    /// Set on pool threads: an `advance` from a task must not wait for the pool it runs on.
+    static ON_POOL_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the current thread as a pool thread (workers and the timer thread).
+pub(crate) fn mark_pool_thread() {
+    ON_POOL_THREAD.with(|c| c.set(true));
+}
+
+impl ManualClock {
+    /// A clock standing at the moment it was created.
+    pub fn new() -> Self {
+        ManualClock {
+            inner: Arc::new(ManualInner {
+                base: Instant::now(),
+                offset: AtomicU64::new(0),
+                listeners: Mutex::new(Vec::new()),
+                advancing: Mutex::new(()),
+            }),
+        }
+    }
+
+    /// The clock's current time.
+    pub fn now(&self) -> Instant {
+        add_nanos(self.inner.base, self.inner.offset.load(Ordering::Acquire))
+    }
+
+    /// Moves time forward by `by`, stepping through each pending deadline in order, and returns
+    /// once every task due by the new time has run, periodic re-arms included.
+    ///
+    /// At each step the clock stands exactly at that deadline while its tasks run, so tasks see
+    /// `now()` equal to their planned time. A task that blocks forever makes `advance` wait
+    /// forever: use timeouts inside tasks under test.
+    ///
+    /// Called from inside a task running on a pool thread, `advance` only moves the time (it
+    /// cannot wait for the pool it runs on); the outer `advance` then carries on from the new
+    /// time. Total time saturates some 584 years after the clock was created.
+    pub fn advance(&self, by: Duration) {
+        let target = self.offset_now().saturating_add(duration_nanos(by));
+        if ON_POOL_THREAD.with(|c| c.get()) {
+            self.set_offset(target);
+            for l in self.listeners() {
+                l.time_moved();
+            }
+            return;
+        }
+        let _one_at_a_time = self.inner.advancing.lock();
+        loop {
+            let next = self.settle_all();
+            match next.map(|at| self.offset_of(at)) {
+                Some(at) if at <= target && at > self.offset_now() => self.set_offset(at),
+                Some(at) if at <= self.offset_now() => continue,
+                _ => break,
+            }
+        }
+        if self.offset_now() < target {
+            self.set_offset(target);
+            self.settle_all();
+        }
+    }
+
+    pub(crate) fn register(&self, listener: Weak<dyn ClockListener>) {
+        let mut listeners = self.inner.listeners.lock();
+        listeners.retain(|l| l.strong_count() > 0);
+        listeners.push(listener);
+    }
+
+    fn listeners(&self) -> Vec<Arc<dyn ClockListener>> {
+        self.inner.listeners.lock().iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Settles every live pool; the earliest of their next deadlines.
+    fn settle_all(&self) -> Option<Instant> {
+        self.listeners().iter().filter_map(|l| l.settle()).min()
+    }
+
+    fn offset_now(&self) -> u64 {
+        self.inner.offset.load(Ordering::Acquire)
+    }
+
+    fn offset_of(&self, at: Instant) -> u64 {
+        duration_nanos(at.saturating_duration_since(self.inner.base))
+    }
+
+    fn set_offset(&self, nanos: u64) {
+        // Release: tasks that read `now()` after being woken see at least this time.
+        self.inner.offset.fetch_max(nanos, Ordering::Release);
+    }
+}
+
+impl Default for ManualClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for ManualClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ManualClock")
+            .field("elapsed", &Duration::from_nanos(self.offset_now()))
+            .finish_non_exhaustive()
+    }
+}
+
+/// The pool's clock.
+#[derive(Clone, Debug)]
+pub(crate) enum Clock {
+    System,
+    Manual(ManualClock),
+}
+
+impl Clock {
+    pub(crate) fn now(&self) -> Instant {
+        match self {
+            Clock::System => Instant::now(),
+            Clock::Manual(m) => m.now(),
+        }
+    }
+
+    pub(crate) fn is_manual(&self) -> bool {
+        matches!(self, Clock::Manual(_))
+    }
+}
+
+/// The pool's time line: its clock, its origin, and its tick.
+#[derive(Debug)]
+pub(crate) struct TimeBase {
+    pub(crate) clock: Clock,
+    origin: Instant,
+    tick_nanos: u64,
+}
+
+impl TimeBase {
+    /// `tick` is clamped to at least 1 ns (the builder refuses zero before this).
+    pub(crate) fn new(clock: Clock, tick: Duration) -> Self {
+        let origin = clock.now();
+        TimeBase { clock, origin, tick_nanos: duration_nanos(tick).max(1) }
+    }
+
+    /// Now, in nanoseconds since the origin.
+    pub(crate) fn now_nanos(&self) -> u64 {
+        self.nanos_of(self.clock.now())
+    }
+
+    /// `at` in nanoseconds since the origin; an instant before the origin is 0.
+    pub(crate) fn nanos_of(&self, at: Instant) -> u64 {
+        duration_nanos(at.saturating_duration_since(self.origin))
+    }
+
+    /// The instant `nanos` after the origin (saturating far in the future).
+    pub(crate) fn instant_of(&self, nanos: u64) -> Instant {
+        add_nanos(self.origin, nanos)
+    }
+
+    /// The first tick at or after `nanos`: a deadline is never rounded down.
+    pub(crate) fn tick_ceil(&self, nanos: u64) -> u64 {
+        nanos.div_ceil(self.tick_nanos)
+    }
+
+    /// The last tick at or before `nanos`: the tick "now" is in.
+    pub(crate) fn tick_floor(&self, nanos: u64) -> u64 {
+        nanos / self.tick_nanos
+    }
+
+    /// The start of `tick`, in nanoseconds since the origin (saturating).
+    pub(crate) fn nanos_of_tick(&self, tick: u64) -> u64 {
+        tick.saturating_mul(self.tick_nanos)
+    }
+}
+
+/// `d` in whole nanoseconds, saturating at `u64::MAX`.
+pub(crate) fn duration_nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// `base + nanos`, saturating where `Instant` cannot go further.
+fn add_nanos(base: Instant, nanos: u64) -> Instant {
+    let d = Duration::from_nanos(nanos);
+    base.checked_add(d).unwrap_or_else(|| far_future(base))
+}
+
+/// The latest instant we can form from `base` (about a century on; `Instant` has no MAX).
+#[cold]
+fn far_future(base: Instant) -> Instant {
+    let mut step = Duration::from_secs(1 << 62);
+    let mut at = base;
+    while step > Duration::ZERO {
+        if let Some(next) = at.checked_add(step) {
+            at = next;
+        }
+        step /= 2;
+    }
+    at
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_round_up_and_now_rounds_down() {
+        let t = TimeBase::new(Clock::System, Duration::from_millis(1));
+        assert_eq!(t.tick_ceil(0), 0);
+        assert_eq!(t.tick_ceil(1), 1);
+        assert_eq!(t.tick_ceil(1_000_000), 1);
+        assert_eq!(t.tick_ceil(1_000_001), 2);
+        assert_eq!(t.tick_floor(1_999_999), 1);
+        assert_eq!(t.tick_ceil(u64::MAX), u64::MAX.div_ceil(1_000_000));
+        assert_eq!(t.nanos_of_tick(u64::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn conversions_saturate() {
+        assert_eq!(duration_nanos(Duration::MAX), u64::MAX);
+        let t = TimeBase::new(Clock::System, Duration::from_micros(1));
+        let far = t.instant_of(u64::MAX);
+        assert!(far > Instant::now());
+        let before_origin = Instant::now().checked_sub(Duration::from_secs(1));
+        if let Some(b) = before_origin {
+            assert_eq!(t.nanos_of(b), 0, "an instant before the origin clamps to 0");
+        }
+    }
+
+    #[test]
+    fn manual_clock_stands_still_until_advanced() {
+        let c = ManualClock::new();
+        let t0 = c.now();
+        assert_eq!(c.now(), t0);
+        c.advance(Duration::from_millis(5));
+        assert_eq!(c.now() - t0, Duration::from_millis(5));
+        c.advance(Duration::MAX);
+        assert!(c.now() > t0);
+    }
+}

@@ -1,0 +1,203 @@
+//! The timer thread: owns the wheel, turns submissions into wheel entries, unlinks cancelled
+//! ones, and hands due tasks to the workers in batches. It never runs user code.
+//!
+//! One pass of the loop: drain submissions, drain cancels, poll the wheel at "now", dispatch what
+//! is due, then sleep until the wheel's next expiration (see the ground rules in `timer/mod.rs`).
+//! An empty wheel sleeps without a time limit: an idle pool makes no periodic wake-ups.
+
+use super::{Timer, AWAKE, CANCEL_BATCH};
+use crate::pool::{Core, Lifecycle};
+use crate::sync::{fence, Arc, Ordering, Steal};
+use crate::task::{state, PendingTask, Stop, TaskRef};
+use crate::wheel::{Key, Wheel};
+
+/// The timer thread's own state.
+struct Driver {
+    core: Arc<Core>,
+    wheel: Wheel<TaskRef>,
+    /// Scratch space for due tasks, reused across passes.
+    due: Vec<TaskRef>,
+    /// Periodic tasks in the wheel have been stopped for a graceful shutdown.
+    swept_for_shutdown: bool,
+}
+
+/// The timer thread's body.
+pub(crate) fn run(core: Arc<Core>) {
+    super::mark_pool_thread();
+    let mut driver = Driver { core, wheel: Wheel::new(), due: Vec::new(), swept_for_shutdown: false };
+    driver.run();
+}
+
+impl Driver {
+    fn timer(&self) -> &Timer {
+        &self.core.timer
+    }
+
+    fn run(&mut self) {
+        loop {
+            self.timer().sleep_until.store(AWAKE, Ordering::Relaxed);
+            let settle_req = self.settle_requested();
+            let life = self.core.lifecycle();
+            if life == Lifecycle::Stop {
+                self.stop_now();
+                break;
+            }
+            let drained = self.settle_submitted();
+            self.drain_submissions(life);
+            self.drain_cancels();
+            if life == Lifecycle::Shutdown && !self.swept_for_shutdown {
+                self.sweep_periodic();
+            }
+            let now = self.timer().time.tick_floor(self.timer().time.now_nanos());
+            self.wheel.poll_expired(now, &mut self.due);
+            let dispatched = self.dispatch();
+            if life == Lifecycle::Shutdown && self.core.outstanding() == 0 {
+                break;
+            }
+            let next = self.wheel.next_expiration();
+            self.settle_report(settle_req, dispatched, drained, next);
+            if self.prepare_sleep(next) {
+                let deadline = match (&self.timer().settle, next) {
+                    (None, Some(tick)) => {
+                        let time = &self.timer().time;
+                        Some(time.instant_of(time.nanos_of_tick(tick)))
+                    }
+                    _ => None,
+                };
+                self.timer().parker.park(deadline);
+            }
+        }
+    }
+
+    /// Announces the sleep tick and re-checks the queues; false if the driver must not park.
+    fn prepare_sleep(&self, next: Option<u64>) -> bool {
+        let timer = self.timer();
+        // A next tick of 0 would read as AWAKE; it cannot happen after polling at now >= 0, but
+        // clamp so a producer's comparison stays meaningful.
+        let tick = next.unwrap_or(u64::MAX).max(AWAKE + 1);
+        timer.sleep_until.store(tick, Ordering::Relaxed);
+        // SeqCst fence: pairs with the fence in `Timer::submit` (ground rules in timer/mod.rs).
+        fence(Ordering::SeqCst);
+        timer.submissions.is_empty() && timer.cancels_queued.load(Ordering::Relaxed) < CANCEL_BATCH
+    }
+
+    fn drain_submissions(&mut self, life: Lifecycle) {
+        let core = self.core.clone();
+        drain_queue(&core.timer.submissions, |task| self.place(task, life));
+    }
+
+    /// Puts a submitted task in the wheel, unless it was cancelled on its way here.
+    fn place(&mut self, task: TaskRef, life: Lifecycle) {
+        let header = task.header();
+        if header.state.load() != state::SCHEDULED {
+            return; // cancelled in transit: the canceller has accounted for it
+        }
+        if life == Lifecycle::Shutdown && header.is_periodic() {
+            self.core.stop_task(&task, Stop::Shutdown);
+            return;
+        }
+        let tick = self.timer().time.tick_ceil(header.deadline());
+        let key = self.wheel.insert(tick, task.clone());
+        // If a cancel wins after the state check above, it queues the task on `cancels` after
+        // its CAS, so the next `drain_cancels` sees this key and unlinks it.
+        task.header().set_wheel_key(key.to_u64());
+    }
+
+    fn drain_cancels(&mut self) {
+        let mut drained = 0;
+        let mut removed = false;
+        let core = self.core.clone();
+        drain_queue(&core.timer.cancels, |task| {
+            drained += 1;
+            let key = task.header().wheel_key();
+            if key != crate::task::NO_KEY {
+                task.header().set_wheel_key(crate::task::NO_KEY);
+                removed |= self.wheel.remove(Key::from_u64(key)).is_some();
+            }
+        });
+        if drained > 0 {
+            self.timer().cancels_queued.fetch_sub(drained, Ordering::Relaxed);
+        }
+        if removed && self.wheel.is_empty() {
+            self.wheel.shrink_to_fit();
+        }
+    }
+
+    /// Graceful shutdown: periodic tasks waiting in the wheel stop now; one-shots stay.
+    fn sweep_periodic(&mut self) {
+        self.swept_for_shutdown = true;
+        let mut all = Vec::new();
+        self.wheel.drain(&mut all);
+        for task in all {
+            if task.header().is_periodic() {
+                self.core.stop_task(&task, Stop::Shutdown);
+            } else if task.header().state.load() == state::SCHEDULED {
+                let tick = self.timer().time.tick_ceil(task.header().deadline());
+                let key = self.wheel.insert(tick, task.clone());
+                task.header().set_wheel_key(key.to_u64());
+            }
+        }
+    }
+
+    /// Hands due tasks to the workers; returns how many.
+    fn dispatch(&mut self) -> usize {
+        self.due.retain(|t| t.header().state.load() == state::SCHEDULED);
+        let n = self.due.len();
+        if n > 0 {
+            self.core.push_batch(&mut self.due);
+        }
+        n
+    }
+
+    /// `shutdown_now`: every task still with the timer is stopped and handed back.
+    fn stop_now(&mut self) {
+        let mut all = Vec::new();
+        self.wheel.drain(&mut all);
+        drain_queue(&self.timer().submissions, |t| all.push(t));
+        drain_queue(&self.timer().cancels, drop);
+        let pending: Vec<PendingTask> =
+            all.iter().filter_map(|t| self.core.stop_task(t, Stop::Now)).collect();
+        self.core.hand_back(pending);
+    }
+
+    fn settle_requested(&self) -> u64 {
+        self.timer().settle.as_ref().map_or(0, |s| s.status.lock().requested)
+    }
+
+    fn settle_submitted(&self) -> u64 {
+        self.timer().settle.as_ref().map_or(0, |s| s.submitted.load(Ordering::SeqCst))
+    }
+
+    /// Manual clock: publish what this pass did for `ClockListener::settle`.
+    fn settle_report(&self, req: u64, dispatched: usize, drained: u64, next: Option<u64>) {
+        if let Some(s) = &self.timer().settle {
+            let time = &self.timer().time;
+            let mut st = s.status.lock();
+            st.completed = st.completed.max(req);
+            st.dispatched = dispatched;
+            st.drained = drained;
+            st.next = next.map(|tick| time.nanos_of_tick(tick));
+            drop(st);
+            s.changed.notify_all();
+        }
+    }
+}
+
+/// Takes everything off `queue`, oldest first.
+pub(crate) fn drain_queue<T>(queue: &crate::sync::Injector<T>, mut each: impl FnMut(T)) {
+    loop {
+        match queue.steal() {
+            Steal::Success(item) => each(item),
+            Steal::Empty => break,
+            Steal::Retry => continue,
+        }
+    }
+}
+
+/// Wakes a manual clock's `settle` waiters (the driver is gone).
+pub(crate) fn release_settle(timer: &Timer) {
+    if let Some(s) = &timer.settle {
+        let _st = s.status.lock();
+        s.changed.notify_all();
+    }
+}

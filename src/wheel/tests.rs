@@ -1,0 +1,233 @@
+//! Unit tests of [`Wheel`] through its public methods, plus checks of the internal layout
+//! invariants after each step. The randomized model test is `tests/wheel_model.rs`.
+
+use super::*;
+use std::collections::BTreeSet;
+
+/// Checks the ground rules: every entry is in the list its deadline and `now` name, the bitmaps
+/// match the lists, and `len` counts them all.
+fn check_invariants<T>(wheel: &Wheel<T>) {
+    let mut seen = 0;
+    let mut at = wheel.due.head();
+    while at != NIL {
+        assert!(wheel.slab.deadline(at) <= wheel.now);
+        seen += 1;
+        at = wheel.slab.next(at);
+    }
+    for (l, level) in wheel.levels.iter().enumerate() {
+        for slot in 0..bits::SLOTS {
+            let list = level.slot(slot);
+            assert_eq!(list.is_empty(), !level.is_occupied(slot), "bitmap of level {l}");
+            let mut at = list.head();
+            while at != NIL {
+                let deadline = wheel.slab.deadline(at);
+                assert!(deadline > wheel.now);
+                assert_eq!(level_for(wheel.now, deadline), l);
+                assert_eq!(slot_for(deadline, l), slot);
+                seen += 1;
+                at = wheel.slab.next(at);
+            }
+        }
+    }
+    assert_eq!(seen, wheel.len());
+}
+
+fn poll<T>(wheel: &mut Wheel<T>, now: u64) -> Vec<T> {
+    let mut out = Vec::new();
+    wheel.poll_expired(now, &mut out);
+    check_invariants(wheel);
+    out
+}
+
+fn sorted(mut v: Vec<u64>) -> Vec<u64> {
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn wheel_and_key_are_send_and_sync() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Wheel<u32>>();
+    assert_send_sync::<Key>();
+}
+
+#[test]
+fn never_yields_early_across_every_level() {
+    for level in 0..NUM_LEVELS as u32 {
+        let deadline = 1u64 << (level * bits::LEVEL_BITS).min(63);
+        for start in [0, deadline / 2, deadline - 1] {
+            let mut wheel = Wheel::new();
+            poll(&mut wheel, start);
+            wheel.insert(deadline, deadline);
+            check_invariants(&wheel);
+            assert!(poll(&mut wheel, deadline - 1).is_empty(), "level {level}");
+            assert_eq!(poll(&mut wheel, deadline), [deadline], "level {level}");
+            assert!(wheel.is_empty());
+        }
+    }
+}
+
+#[test]
+fn deadlines_at_or_before_now_are_due_at_the_next_poll() {
+    let mut wheel = Wheel::new();
+    wheel.insert(0, 0);
+    assert_eq!(wheel.next_expiration(), Some(0));
+    assert_eq!(poll(&mut wheel, 0), [0]);
+    poll(&mut wheel, 500);
+    wheel.insert(500, 500);
+    wheel.insert(3, 3);
+    assert_eq!(wheel.next_expiration(), Some(500));
+    // A poll "in the past" is clamped but still hands out what is due.
+    assert_eq!(sorted(poll(&mut wheel, 10)), [3, 500]);
+    assert_eq!(wheel.now(), 500);
+}
+
+#[test]
+fn remove_works_in_the_due_list_and_in_every_level() {
+    let mut wheel = Wheel::new();
+    poll(&mut wheel, 100);
+    let late = wheel.insert(1, 1);
+    let keys: Vec<Key> = (0..64).map(|b| wheel.insert(100 + (1 << b), b)).collect();
+    check_invariants(&wheel);
+    assert_eq!(wheel.remove(late), Some(1));
+    for (b, &key) in keys.iter().enumerate().rev() {
+        assert_eq!(wheel.remove(key), Some(b as u64));
+        check_invariants(&wheel);
+    }
+    assert!(wheel.is_empty());
+    assert_eq!(wheel.next_expiration(), None);
+    assert!(keys.iter().all(|&key| wheel.remove(key).is_none()));
+}
+
+#[test]
+fn stale_keys_never_remove_another_entry() {
+    let mut wheel = Wheel::new();
+    let fired = wheel.insert(5, "fired");
+    assert_eq!(poll(&mut wheel, 5), ["fired"]);
+    let other = wheel.insert(50, "other");
+    assert_eq!(other.index, fired.index, "the node is reused");
+    assert_eq!(wheel.remove(fired), None);
+    assert_eq!(wheel.len(), 1);
+    assert_eq!(wheel.remove(Key::from_u64(u64::MAX)), None);
+    assert_eq!(wheel.remove(Key::from_u64(0)), None);
+    assert_eq!(wheel.remove(other), Some("other"));
+}
+
+#[test]
+fn u64_max_deadlines_and_time() {
+    let mut wheel = Wheel::new();
+    wheel.insert(u64::MAX, 1);
+    wheel.insert(u64::MAX - 1, 2);
+    wheel.insert(1 << 63, 3);
+    check_invariants(&wheel);
+    assert_eq!(wheel.next_expiration(), Some(1 << 63));
+    assert_eq!(poll(&mut wheel, u64::MAX - 2), [3]);
+    assert_eq!(wheel.next_expiration(), Some(u64::MAX - 1));
+    assert_eq!(poll(&mut wheel, u64::MAX - 1), [2]);
+    assert_eq!(poll(&mut wheel, u64::MAX), [1]);
+    wheel.insert(u64::MAX, 4);
+    wheel.insert(0, 5);
+    assert_eq!(wheel.next_expiration(), Some(u64::MAX));
+    assert_eq!(sorted(poll(&mut wheel, u64::MAX)), [4, 5]);
+}
+
+#[test]
+fn a_huge_jump_visits_only_occupied_slots() {
+    let mut wheel = Wheel::new();
+    let mut x = 0x9E37_79B9_7F4A_7C15_u64;
+    let mut deadlines = Vec::new();
+    for _ in 0..10_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let deadline = x >> (x % 64);
+        deadlines.push(deadline);
+        wheel.insert(deadline, deadline);
+    }
+    // Stepping tick by tick would never finish; this is a handful of bitmap hops per slot.
+    let out = poll(&mut wheel, u64::MAX);
+    assert_eq!(sorted(out), sorted(deadlines));
+    assert!(wheel.is_empty());
+}
+
+#[test]
+fn next_expiration_reaches_each_deadline_without_overshooting() {
+    let deadlines = [7, 63, 64, 100, 4095, 4096, 70_000, 1 << 40, u64::MAX];
+    let mut wheel = Wheel::new();
+    for &deadline in &deadlines {
+        wheel.insert(deadline, deadline);
+    }
+    let mut yielded = Vec::new();
+    let mut stops = 0;
+    while let Some(at) = wheel.next_expiration() {
+        let earliest = deadlines[yielded.len()];
+        assert!(at >= wheel.now() && at <= earliest, "{at} vs {earliest}");
+        let out = poll(&mut wheel, at);
+        assert!(out.iter().all(|&d| d == at), "only entries due exactly then");
+        if out.is_empty() {
+            stops += 1;
+            assert!(wheel.next_expiration().unwrap() > at, "progress after a cascade stop");
+        }
+        yielded.extend(out);
+        assert!(stops <= 10 * deadlines.len());
+    }
+    assert_eq!(yielded, deadlines);
+}
+
+#[test]
+fn drain_empties_every_list_and_keeps_now() {
+    let mut wheel = Wheel::new();
+    poll(&mut wheel, 1000);
+    let keys: Vec<Key> = [0, 1000, 1001, 5000, u64::MAX].map(|d| wheel.insert(d, d)).to_vec();
+    let mut all = Vec::new();
+    wheel.drain(&mut all);
+    assert_eq!(sorted(all), [0, 1000, 1001, 5000, u64::MAX]);
+    check_invariants(&wheel);
+    assert!(wheel.is_empty());
+    assert_eq!(wheel.now(), 1000);
+    assert_eq!(wheel.next_expiration(), None);
+    assert!(keys.iter().all(|&key| wheel.remove(key).is_none()));
+}
+
+#[test]
+fn values_are_dropped_once_and_at_once() {
+    use std::rc::Rc;
+    let token = Rc::new(());
+    let mut wheel = Wheel::new();
+    let keys: Vec<Key> = (0..100).map(|d| wheel.insert(d * 97, Rc::clone(&token))).collect();
+    assert_eq!(Rc::strong_count(&token), 101);
+    drop(wheel.remove(keys[50]));
+    assert_eq!(Rc::strong_count(&token), 100, "remove hands the value out; no copy kept");
+    drop(poll(&mut wheel, 97 * 10));
+    assert_eq!(Rc::strong_count(&token), 89);
+    wheel.shrink_to_fit();
+    assert_eq!(Rc::strong_count(&token), 89);
+    drop(wheel);
+    assert_eq!(Rc::strong_count(&token), 1, "dropping the wheel drops what it holds");
+}
+
+#[test]
+fn shrink_to_fit_after_mass_removal_keeps_the_wheel_working() {
+    let mut wheel = Wheel::new();
+    let keys: Vec<Key> = (0..5000).map(|d| wheel.insert(d * 13 + 1, d)).collect();
+    let before = wheel.capacity();
+    for &key in &keys[100..] {
+        wheel.remove(key);
+    }
+    wheel.shrink_to_fit();
+    assert!(wheel.capacity() < before / 10);
+    check_invariants(&wheel);
+    let again: BTreeSet<u64> = (0..100).map(|d| d * 13 + 1).collect();
+    let out: BTreeSet<u64> = poll(&mut wheel, u64::MAX).into_iter().map(|d| d * 13 + 1).collect();
+    assert_eq!(out, again);
+    assert!(keys.iter().all(|&key| wheel.remove(key).is_none()));
+}
+
+#[test]
+fn debug_shows_position_without_values() {
+    struct Opaque;
+    let mut wheel = Wheel::new();
+    wheel.insert(9, Opaque);
+    let text = format!("{wheel:?}");
+    assert!(text.contains("now: 0") && text.contains("len: 1"), "{text}");
+}
