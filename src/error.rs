@@ -77,7 +77,9 @@ pub enum TaskError {
 impl fmt::Display for TaskError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TaskError::Cancelled => f.write_str("the task was cancelled before it produced a value"),
+            TaskError::Cancelled => {
+                f.write_str("the task was cancelled before it produced a value")
+            }
             TaskError::Panicked(msg) => write!(f, "the task panicked: {msg}"),
             TaskError::Shutdown => f.write_str("the pool shut down before the task finished"),
         }
@@ -112,16 +114,24 @@ enum BuildErrorKind {
 
 impl BuildError {
     pub(crate) fn zero_threads() -> Self {
-        BuildError { kind: BuildErrorKind::ZeroThreads }
+        BuildError {
+            kind: BuildErrorKind::ZeroThreads,
+        }
     }
     pub(crate) fn zero_tick() -> Self {
-        BuildError { kind: BuildErrorKind::ZeroTick }
+        BuildError {
+            kind: BuildErrorKind::ZeroTick,
+        }
     }
     pub(crate) fn zero_max_pending() -> Self {
-        BuildError { kind: BuildErrorKind::ZeroMaxPending }
+        BuildError {
+            kind: BuildErrorKind::ZeroMaxPending,
+        }
     }
     pub(crate) fn spawn(err: std::io::Error) -> Self {
-        BuildError { kind: BuildErrorKind::Spawn(err) }
+        BuildError {
+            kind: BuildErrorKind::Spawn(err),
+        }
     }
 
     /// True when a builder setting was out of range (zero threads, zero tick, zero max_pending).

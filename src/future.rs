@@ -113,7 +113,10 @@ impl<T: Send + 'static> ScheduledFuture<T> {
     /// assert!(f.is_cancelled());
     /// ```
     pub fn cancel_handle(&self) -> CancelHandle {
-        CancelHandle { task: self.raw(), core: self.core.clone() }
+        CancelHandle {
+            task: self.raw(),
+            core: self.core.clone(),
+        }
     }
 
     /// True if the task was cancelled, by [`cancel`](Self::cancel) or by the pool's shutdown.
@@ -234,7 +237,9 @@ impl<T: Send + 'static> Future for ScheduledFuture<T> {
 
 impl<T: 'static> fmt::Debug for ScheduledFuture<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ScheduledFuture").field("task", self.task.header()).finish_non_exhaustive()
+        f.debug_struct("ScheduledFuture")
+            .field("task", self.task.header())
+            .finish_non_exhaustive()
     }
 }
 
@@ -276,7 +281,9 @@ impl CancelHandle {
 
 impl fmt::Debug for CancelHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CancelHandle").field("task", self.task.header()).finish_non_exhaustive()
+        f.debug_struct("CancelHandle")
+            .field("task", self.task.header())
+            .finish_non_exhaustive()
     }
 }
 

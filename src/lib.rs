@@ -1,21 +1,96 @@
-//! wheelpool: a scheduled thread pool whose delays live in a hierarchical timing wheel and whose
-//! due tasks run on a work-stealing pool.
+//! A scheduled thread pool: delays live in a **hierarchical timing wheel**, due tasks run on a
+//! **work-stealing pool**.
+//!
+//! wheelpool is a `ScheduledExecutorService` for Rust, built for the timers services keep by the
+//! hundred thousand: heartbeats, retries with backoff, RPC and request timeouts, housekeeping.
+//! Most of them are cancelled before they fire, so scheduling and cancelling are O(1), and a
+//! cancel frees the task's closure at once and its wheel entry soon after.
+//!
+//! # When to pick it
+//!
+//! - Over a binary-heap scheduler (Java's `ScheduledThreadPoolExecutor`, the
+//!   `scheduled-thread-pool` crate): insert and cancel stay O(1) at a million pending timers,
+//!   there is no global lock on the schedule path, and cancelled timers do not linger.
+//! - Over a hashed wheel with one thread (Netty's `HashedWheelTimer`): due tasks run on every
+//!   worker, and an idle pool sleeps instead of ticking.
+//! - Over a tokio runtime: when the code is synchronous (plain closures, blocking calls) and you
+//!   want Java's scheduling semantics (fixed rate, fixed delay, shutdown that hands back what
+//!   never ran) without an async runtime. Futures are still `.await`able.
+//!
+//! # How it works
+//!
+//! ```text
+//! caller ──schedule()──► task (one allocation: closure + atomic state + deadline + result)
+//!                            │ submission queue (lock-free MPSC)
+//!                            ▼
+//!                   timer thread ── owns ──► hierarchical wheel (64 slots a level, bitmaps)
+//!                            │ sleeps until the next expiration or an earlier new deadline
+//!                            │ due tasks, in batches
+//!                            ▼
+//!              workers (crossbeam-deque injector + per-worker deques, work stealing)
+//!                            │ run under catch_unwind
+//!                            ▼
+//!        one-shot: complete the ScheduledFuture     periodic: re-arm the same task in the wheel
+//! ```
+//!
+//! The timer thread never runs user code; a task scheduled with zero delay (or `execute`) skips
+//! the wheel; a task scheduled from a worker goes to that worker's own deque.
+//!
+//! # Timing guarantees
+//!
+//! - **Never early.** A deadline rounds *up* to the next tick of the wheel (1 ms by default,
+//!   [`Builder::tick`]); a task never starts before its deadline.
+//! - **Lateness** is the wait for the next tick plus the timer thread's wake-up plus the wait for
+//!   a free worker: typically well under a tick plus a few tens of microseconds on an idle pool.
+//! - **Fixed rate** runs on the grid `start + initial + k * period` with no drift; a run that
+//!   overruns delays the next one; missed runs follow [`MissedTicks`]. **Fixed delay** plans each
+//!   run `delay` after the previous one returned. Runs of one task never overlap.
+//! - **Any delay** up to `Duration::MAX` is accepted (it just never comes); an `Instant` in the
+//!   past runs at once.
+//!
+//! # Example
 //!
 //! ```
-//! use wheelpool::ScheduledThreadPool;
+//! use wheelpool::{ScheduledThreadPool, TaskError};
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use std::sync::Arc;
 //! use std::time::Duration;
 //!
 //! let pool = ScheduledThreadPool::builder().threads(2).build().unwrap();
+//!
+//! // An RPC timeout, cancelled because the reply came first.
 //! let timeout = pool.schedule(|| "timed out", Duration::from_secs(30)).unwrap();
 //! let reply = pool.schedule(|| "reply", Duration::from_millis(5)).unwrap();
 //! assert_eq!(reply.join(), Ok("reply"));
-//! assert!(timeout.cancel()); // the reply came first: the timeout never runs
+//! assert!(timeout.cancel());
+//! assert_eq!(timeout.join(), Err(TaskError::Cancelled));
+//!
+//! // A heartbeat every 5 ms, stopped after three beats.
+//! let beats = Arc::new(AtomicUsize::new(0));
+//! let b = beats.clone();
+//! let heartbeat = pool
+//!     .schedule_at_fixed_rate(move || { b.fetch_add(1, Ordering::SeqCst); },
+//!                             Duration::ZERO, Duration::from_millis(5))
+//!     .unwrap();
+//! while beats.load(Ordering::SeqCst) < 3 {
+//!     std::thread::yield_now();
+//! }
+//! assert!(heartbeat.cancel());
+//!
+//! // Graceful shutdown: nothing new, what is waiting still runs, then the threads exit.
+//! pool.shutdown();
+//! assert!(pool.await_termination(Duration::from_secs(10)));
 //! ```
+//!
+//! Deterministic tests of your own timing code: see [`ManualClock`].
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
 mod future;
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod loom_api;
 mod pool;
 mod sync;
 mod task;

@@ -10,7 +10,9 @@
 #[cfg(not(loom))]
 mod imp {
     pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard};
-    pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+    pub(crate) use std::sync::atomic::{
+        fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+    };
     pub(crate) use std::thread;
 
     pub(crate) use crossbeam_deque::{Injector, Steal, Stealer, Worker};
@@ -33,7 +35,9 @@ mod imp {
 
 #[cfg(loom)]
 mod imp {
-    pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+    pub(crate) use loom::sync::atomic::{
+        fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+    };
     pub(crate) use loom::sync::Condvar as LoomCondvar;
     pub(crate) use loom::thread;
     use std::collections::VecDeque;
@@ -78,9 +82,59 @@ mod imp {
         cv.0.wait(guard).unwrap()
     }
 
-    /// The injector under loom: a locked FIFO.
+    /// The queue behind the loom `Injector`, `Worker` and `Stealer`: a locked deque plus its
+    /// length, which `is_empty` reads without the lock, the way crossbeam's lock-free `is_empty`
+    /// reads its head and tail indices. A lock-based `is_empty` would synchronise with every push
+    /// through the lock and hide a missing fence in a sleep protocol; this one gives a model only
+    /// the ordering crossbeam gives (SeqCst index updates and loads; loom treats them as AcqRel).
     #[derive(Debug)]
-    pub(crate) struct Injector<T>(Mutex<VecDeque<T>>);
+    struct LockedQueue<T> {
+        items: Mutex<VecDeque<T>>,
+        len: AtomicUsize,
+    }
+
+    impl<T> LockedQueue<T> {
+        fn new() -> Self {
+            LockedQueue {
+                items: Mutex::new(VecDeque::new()),
+                len: AtomicUsize::new(0),
+            }
+        }
+        fn push_back(&self, t: T) {
+            let mut items = self.items.lock();
+            items.push_back(t);
+            // SeqCst: crossbeam's push publishes with a SeqCst CAS of the tail; pairs with the
+            // load in `is_empty`.
+            self.len.fetch_add(1, Ordering::SeqCst);
+        }
+        fn pop(&self, back: bool) -> Option<T> {
+            let mut items = self.items.lock();
+            let t = if back {
+                items.pop_back()
+            } else {
+                items.pop_front()
+            };
+            if t.is_some() {
+                // SeqCst: as the head update of a crossbeam steal.
+                self.len.fetch_sub(1, Ordering::SeqCst);
+            }
+            t
+        }
+        fn steal(&self) -> Steal<T> {
+            match self.pop(false) {
+                Some(t) => Steal::Success(t),
+                None => Steal::Empty,
+            }
+        }
+        fn is_empty(&self) -> bool {
+            // SeqCst: pairs with the updates in `push_back` and `pop` (no lock taken).
+            self.len.load(Ordering::SeqCst) == 0
+        }
+    }
+
+    /// The injector under loom: a locked FIFO (see `LockedQueue`).
+    #[derive(Debug)]
+    pub(crate) struct Injector<T>(LockedQueue<T>);
 
     /// The result of a steal attempt (crossbeam's shape).
     #[derive(Debug)]
@@ -93,32 +147,29 @@ mod imp {
 
     impl<T> Injector<T> {
         pub(crate) fn new() -> Self {
-            Injector(Mutex::new(VecDeque::new()))
+            Injector(LockedQueue::new())
         }
         pub(crate) fn push(&self, t: T) {
-            self.0.lock().push_back(t);
+            self.0.push_back(t);
         }
         pub(crate) fn steal(&self) -> Steal<T> {
-            match self.0.lock().pop_front() {
-                Some(t) => Steal::Success(t),
-                None => Steal::Empty,
-            }
+            self.0.steal()
         }
         pub(crate) fn steal_batch_and_pop(&self, _dest: &Worker<T>) -> Steal<T> {
             self.steal()
         }
         pub(crate) fn is_empty(&self) -> bool {
-            self.0.lock().is_empty()
+            self.0.is_empty()
         }
     }
 
     /// A worker's local deque under loom (LIFO pop, FIFO steal like crossbeam's `new_lifo`).
     #[derive(Debug)]
-    pub(crate) struct Worker<T>(Arc<Mutex<VecDeque<T>>>);
+    pub(crate) struct Worker<T>(Arc<LockedQueue<T>>);
 
     /// The stealing side of a [`Worker`].
     #[derive(Debug)]
-    pub(crate) struct Stealer<T>(Arc<Mutex<VecDeque<T>>>);
+    pub(crate) struct Stealer<T>(Arc<LockedQueue<T>>);
 
     impl<T> Clone for Stealer<T> {
         fn clone(&self) -> Self {
@@ -128,28 +179,25 @@ mod imp {
 
     impl<T> Worker<T> {
         pub(crate) fn new_lifo() -> Self {
-            Worker(Arc::new(Mutex::new(VecDeque::new())))
+            Worker(Arc::new(LockedQueue::new()))
         }
         pub(crate) fn stealer(&self) -> Stealer<T> {
             Stealer(self.0.clone())
         }
         pub(crate) fn push(&self, t: T) {
-            self.0.lock().push_back(t);
+            self.0.push_back(t);
         }
         pub(crate) fn pop(&self) -> Option<T> {
-            self.0.lock().pop_back()
+            self.0.pop(true)
         }
     }
 
     impl<T> Stealer<T> {
         pub(crate) fn steal(&self) -> Steal<T> {
-            match self.0.lock().pop_front() {
-                Some(t) => Steal::Success(t),
-                None => Steal::Empty,
-            }
+            self.0.steal()
         }
         pub(crate) fn is_empty(&self) -> bool {
-            self.0.lock().is_empty()
+            self.0.is_empty()
         }
     }
 }
@@ -170,7 +218,10 @@ pub(crate) struct Parker {
 
 impl Parker {
     pub(crate) fn new() -> Self {
-        Parker { notified: Mutex::new(false), cv: Condvar::new() }
+        Parker {
+            notified: Mutex::new(false),
+            cv: Condvar::new(),
+        }
     }
 
     /// Blocks until `unpark` (or a token left by an earlier one) or until `deadline` passes.

@@ -153,7 +153,8 @@ impl Builder {
             let listener: Arc<dyn ClockListener> = core.clone();
             c.register(Arc::downgrade(&listener));
         }
-        start_threads(&core, &self.name, locals).map(|handles| ScheduledThreadPool::from_parts(core, handles))
+        start_threads(&core, &self.name, locals)
+            .map(|handles| ScheduledThreadPool::from_parts(core, handles))
     }
 }
 
@@ -166,10 +167,15 @@ fn start_threads(
     let total = locals.len() + 1;
     let mut handles = Vec::with_capacity(total);
     let c = core.clone();
-    let spawned = std::thread::Builder::new().name(format!("{name}-timer")).spawn(move || {
-        let _exit = ExitGuard { core: &c, driver: true };
-        driver::run(c.clone());
-    });
+    let spawned = std::thread::Builder::new()
+        .name(format!("{name}-timer"))
+        .spawn(move || {
+            let _exit = ExitGuard {
+                core: &c,
+                driver: true,
+            };
+            driver::run(c.clone());
+        });
     match spawned {
         Ok(h) => handles.push(h),
         Err(e) => {
@@ -180,10 +186,15 @@ fn start_threads(
     }
     for (index, deque) in locals.into_iter().enumerate() {
         let c = core.clone();
-        let spawned = std::thread::Builder::new().name(format!("{name}-{index}")).spawn(move || {
-            let _exit = ExitGuard { core: &c, driver: false };
-            worker::run(c.clone(), index, deque);
-        });
+        let spawned = std::thread::Builder::new()
+            .name(format!("{name}-{index}"))
+            .spawn(move || {
+                let _exit = ExitGuard {
+                    core: &c,
+                    driver: false,
+                };
+                worker::run(c.clone(), index, deque);
+            });
         match spawned {
             Ok(h) => handles.push(h),
             Err(e) => {

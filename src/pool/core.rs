@@ -17,7 +17,7 @@
 use super::worker::{self, WorkerSet};
 use crate::error::ScheduleError;
 use crate::sync::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Condvar, Mutex, Ordering};
-use crate::task::{state, Cancelled, MissedTicks, PendingTask, RunEnv, RunOutcome, Stop, TaskRef};
+use crate::task::{drop_user, state, Cancelled, MissedTicks, PendingTask, RunEnv, RunOutcome, Stop, TaskRef};
 use crate::timer::Timer;
 use std::any::Any;
 use std::time::Instant;
@@ -174,7 +174,7 @@ impl Core {
     fn recheck_stop(&self, task: &TaskRef) -> Result<(), ScheduleError> {
         // SeqCst fence: pairs with the SeqCst lifecycle store in `shutdown_now` (ground rules).
         fence(Ordering::SeqCst);
-        if self.lifecycle.load(Ordering::SeqCst) == STOP && self.stop_task(task, Stop::Shutdown).is_some() {
+        if self.lifecycle.load(Ordering::SeqCst) == STOP && self.stop_for_shutdown(task) {
             return Err(ScheduleError::Shutdown);
         }
         Ok(())
@@ -206,7 +206,14 @@ impl Core {
     // ---- running ----------------------------------------------------------------------------
 
     /// Runs one task on the calling worker and does the bookkeeping for what became of it.
-    pub(crate) fn run_task(&self, task: TaskRef) {
+    pub(crate) fn run_task(&self, task: &TaskRef) {
+        if task.header().is_periodic() && self.stopping() {
+            // Shut down while queued: a periodic task that had not started does not start.
+            if self.stop_for_shutdown(task) || task.header().state.load() != state::SCHEDULED {
+                self.settle_left_pool();
+                return;
+            }
+        }
         self.running.fetch_add(1, Ordering::Relaxed);
         match task.run(self) {
             RunOutcome::NotStarted => {}
@@ -219,12 +226,15 @@ impl Core {
                     self.completed.fetch_add(1, Ordering::Relaxed);
                 }
                 self.route(task.clone());
-                if self.recheck_stop(&task).is_err() {
-                    // stopped by shutdown_now after its run: accounted in stop_task
-                }
+                // Err: stopped by shutdown_now after its run; `stop_for_shutdown` did the accounting.
+                let _ = self.recheck_stop(task);
             }
         }
         self.running.fetch_sub(1, Ordering::Relaxed);
+        self.settle_left_pool();
+    }
+
+    fn settle_left_pool(&self) {
         if let Some(s) = &self.timer.settle {
             s.left_pool();
         }
@@ -260,22 +270,30 @@ impl Core {
         }
     }
 
-    /// The pool stops a waiting task (see `Stop`); returns its closure for `Stop::Now`.
-    pub(crate) fn stop_task(&self, task: &TaskRef, why: Stop) -> Option<PendingTask> {
+    /// Stops a waiting task for `shutdown_now`; its closure, if this call won it.
+    pub(crate) fn take_back(&self, task: &TaskRef) -> Option<PendingTask> {
+        self.stop(task, Stop::Now).flatten()
+    }
+
+    /// Stops a waiting task because the pool is shutting down; true if this call won it.
+    pub(crate) fn stop_for_shutdown(&self, task: &TaskRef) -> bool {
+        self.stop(task, Stop::Shutdown).is_some()
+    }
+
+    fn stop(&self, task: &TaskRef, why: Stop) -> Option<Option<PendingTask>> {
         let won = task.stop(why)?;
-        self.count_end(match why {
-            Stop::Now => state::CANCELLED,
-            Stop::Shutdown => state::SHUT_DOWN,
-        });
+        self.count_end(state::CANCELLED); // it never ran (again): counted with the cancelled
         self.task_ended();
-        won
+        Some(won)
     }
 
     // ---- shutdown ---------------------------------------------------------------------------
 
     /// No new tasks; what is waiting still runs, periodic tasks stop.
     pub(crate) fn shutdown(&self) {
-        let _ = self.lifecycle.compare_exchange(RUNNING, SHUTDOWN, Ordering::SeqCst, Ordering::SeqCst);
+        let _ =
+            self.lifecycle
+                .compare_exchange(RUNNING, SHUTDOWN, Ordering::SeqCst, Ordering::SeqCst);
         self.timer.wake();
     }
 
@@ -284,8 +302,19 @@ impl Core {
         self.lifecycle.store(STOP, Ordering::SeqCst);
         self.timer.wake();
         self.workers.sleep.wake_all();
-        let mut taken = Vec::new();
-        let mut sweep = |task: TaskRef| taken.extend(self.stop_task(&task, Stop::Now));
+        // First the timer thread: until it has seen the stop it may still dispatch due tasks
+        // into the run queues, so those are swept only after it has handed back its own.
+        let mut taken = {
+            let mut handoff = self.handoff.lock();
+            while !handoff.driver_done {
+                handoff = crate::sync::wait_until(&self.handoff_ready, handoff, None);
+            }
+            std::mem::take(&mut handoff.tasks)
+        };
+        // Then the run queues, once no worker is half way through moving a batch from the
+        // injector into its deque (see `WorkerSet::quiesce_batches`).
+        self.workers.quiesce_batches();
+        let mut sweep = |task: TaskRef| taken.extend(self.take_back(&task));
         crate::timer::driver::drain_queue(&self.workers.injector, &mut sweep);
         for stealer in &self.workers.stealers {
             loop {
@@ -296,11 +325,6 @@ impl Core {
                 }
             }
         }
-        let mut handoff = self.handoff.lock();
-        while !handoff.driver_done {
-            handoff = crate::sync::wait_until(&self.handoff_ready, handoff, None);
-        }
-        taken.append(&mut handoff.tasks);
         taken
     }
 
@@ -382,11 +406,14 @@ impl RunEnv for Core {
         let message = panic_message(&*payload);
         if let Some(handler) = &self.panic_handler {
             // A panicking handler must not take the worker down with it.
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(payload)));
+            let outcome =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(payload)));
             if let Err(inner) = outcome {
-                // Dropping a payload can itself panic; keep it from unwinding out of here.
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(inner)));
+                drop_user(inner);
             }
+        } else {
+            // Dropping a payload can itself panic; keep it from unwinding out of here.
+            drop_user(payload);
         }
         message
     }

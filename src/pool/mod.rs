@@ -4,10 +4,10 @@ mod builder;
 mod core;
 mod sleep;
 pub(crate) mod submit;
-mod worker;
+pub(crate) mod worker;
 
-pub use builder::Builder;
 pub(crate) use self::core::{Core, Lifecycle};
+pub use builder::Builder;
 
 use crate::error::ScheduleError;
 use crate::future::ScheduledFuture;
@@ -95,7 +95,8 @@ pub struct PoolStats {
     pub running: usize,
     /// Runs that returned normally (each run of a periodic task counts).
     pub completed: u64,
-    /// Tasks that ended cancelled (by `cancel` or `shutdown_now`).
+    /// Tasks that ended without running (again): by `cancel`, by `shutdown_now`, or periodic
+    /// tasks stopped by `shutdown` while they waited.
     pub cancelled: u64,
     /// Runs that panicked (each one also went to the panic handler).
     pub panicked: u64,
@@ -148,10 +149,16 @@ impl ScheduledThreadPool {
     }
 
     pub(crate) fn from_parts(core: Arc<Core>, threads: Vec<JoinHandle<()>>) -> Self {
-        ScheduledThreadPool { core, threads: Mutex::new(threads) }
+        ScheduledThreadPool {
+            core,
+            threads: Mutex::new(threads),
+        }
     }
 
-    fn with_core<R>(&self, f: impl FnOnce(&Arc<Core>) -> Result<R, ScheduleError>) -> Result<R, ScheduleError> {
+    fn with_core<R>(
+        &self,
+        f: impl FnOnce(&Arc<Core>) -> Result<R, ScheduleError>,
+    ) -> Result<R, ScheduleError> {
         f(&self.core)
     }
 
@@ -167,7 +174,9 @@ impl ScheduledThreadPool {
     /// h.execute(|| ()).unwrap();
     /// ```
     pub fn handle(&self) -> Handle {
-        Handle { core: Arc::downgrade(&self.core) }
+        Handle {
+            core: Arc::downgrade(&self.core),
+        }
     }
 
     /// Starts a graceful shutdown and returns at once: new schedules fail with
@@ -227,7 +236,8 @@ impl ScheduledThreadPool {
     /// assert!(pool.is_terminated());
     /// ```
     pub fn await_termination(&self, timeout: Duration) -> bool {
-        self.core.await_termination(Instant::now().checked_add(timeout))
+        self.core
+            .await_termination(Instant::now().checked_add(timeout))
     }
 
     /// True once [`shutdown`](Self::shutdown) or [`shutdown_now`](Self::shutdown_now) was called.
@@ -296,12 +306,17 @@ impl Drop for ScheduledThreadPool {
 
 impl fmt::Debug for ScheduledThreadPool {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ScheduledThreadPool").field("stats", &self.stats()).finish_non_exhaustive()
+        f.debug_struct("ScheduledThreadPool")
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
     }
 }
 
 impl Handle {
-    fn with_core<R>(&self, f: impl FnOnce(&Arc<Core>) -> Result<R, ScheduleError>) -> Result<R, ScheduleError> {
+    fn with_core<R>(
+        &self,
+        f: impl FnOnce(&Arc<Core>) -> Result<R, ScheduleError>,
+    ) -> Result<R, ScheduleError> {
         match self.core.upgrade() {
             Some(core) => f(&core),
             None => Err(ScheduleError::Shutdown),
@@ -313,6 +328,8 @@ impl Handle {
 
 impl fmt::Debug for Handle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Handle").field("alive", &(self.core.strong_count() > 0)).finish()
+        f.debug_struct("Handle")
+            .field("alive", &(self.core.strong_count() > 0))
+            .finish()
     }
 }

@@ -63,19 +63,19 @@ impl Sleep {
         }
     }
 
-    /// `n` tasks were just pushed: wake up to `n` sleepers.
-    pub(crate) fn notify(&self, n: usize) {
+    /// `n` tasks were just pushed: wake up to `n` sleepers. Returns how many it woke.
+    pub(crate) fn notify(&self, n: usize) -> usize {
         // SeqCst fence: pairs with the fence in `sleep`; the pushed tasks are visible before we
         // read `num_sleeping`.
         fence(Ordering::SeqCst);
         if n == 0 || self.num_sleeping.load(Ordering::Relaxed) == 0 {
-            return;
+            return 0;
         }
-        self.wake(n);
+        self.wake(n)
     }
 
     #[cold]
-    fn wake(&self, n: usize) {
+    fn wake(&self, n: usize) -> usize {
         let mut woken = [0usize; 8];
         let mut count = 0;
         {
@@ -92,8 +92,9 @@ impl Sleep {
             self.parkers[index].unpark();
         }
         if n > woken.len() && count == woken.len() {
-            self.wake(n - count);
+            return count + self.wake(n - count);
         }
+        count
     }
 
     /// Wakes every worker (shutdown): sleepers and anyone about to sleep.

@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 
 /// Deadline (nanoseconds since the pool's origin) `delay` from now.
 pub(crate) fn after(core: &Core, delay: Duration) -> u64 {
-    core.timer.time.now_nanos().saturating_add(duration_nanos(delay))
+    core.timer
+        .time
+        .now_nanos()
+        .saturating_add(duration_nanos(delay))
 }
 
 /// Deadline of `at` on the pool's time line (an instant in the past is due now).
@@ -20,7 +23,11 @@ pub(crate) fn at(core: &Core, at: Instant) -> u64 {
     core.timer.time.nanos_of(at)
 }
 
-pub(crate) fn one_shot<F, T>(core: &Arc<Core>, f: F, deadline: u64) -> Result<ScheduledFuture<T>, ScheduleError>
+pub(crate) fn one_shot<F, T>(
+    core: &Arc<Core>,
+    f: F,
+    deadline: u64,
+) -> Result<ScheduledFuture<T>, ScheduleError>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
@@ -62,10 +69,15 @@ where
             planned: first,
             missed: opts.missed_ticks_policy().unwrap_or(core.missed_ticks),
         },
-        Every::Delay(delay) if !delay.is_zero() => Plan::Delay { delay: duration_nanos(delay) },
+        Every::Delay(delay) if !delay.is_zero() => Plan::Delay {
+            delay: duration_nanos(delay),
+        },
         _ => return Err(ScheduleError::ZeroPeriod),
     };
-    let cell = Arc::new(TaskCell::new(Periodic::new(f, plan, opts.survives_panics()), first));
+    let cell = Arc::new(TaskCell::new(
+        Periodic::new(f, plan, opts.survives_panics()),
+        first,
+    ));
     let raw: TaskRef = cell.clone();
     core.submit(raw)?;
     Ok(ScheduledFuture::new(cell, core.clone()))
@@ -120,7 +132,11 @@ macro_rules! scheduling_methods {
         /// let f = pool.schedule(move || start.elapsed(), Duration::from_millis(20)).unwrap();
         /// assert!(f.join().unwrap() >= Duration::from_millis(20));
         /// ```
-        pub fn schedule<F, T>(&self, f: F, delay: Duration) -> Result<ScheduledFuture<T>, ScheduleError>
+        pub fn schedule<F, T>(
+            &self,
+            f: F,
+            delay: Duration,
+        ) -> Result<ScheduledFuture<T>, ScheduleError>
         where
             F: FnOnce() -> T + Send + 'static,
             T: Send + 'static,
@@ -149,7 +165,11 @@ macro_rules! scheduling_methods {
         /// let f = pool.schedule_at(move || Instant::now() >= at, at).unwrap();
         /// assert_eq!(f.join(), Ok(true));
         /// ```
-        pub fn schedule_at<F, T>(&self, f: F, at: Instant) -> Result<ScheduledFuture<T>, ScheduleError>
+        pub fn schedule_at<F, T>(
+            &self,
+            f: F,
+            at: Instant,
+        ) -> Result<ScheduledFuture<T>, ScheduleError>
         where
             F: FnOnce() -> T + Send + 'static,
             T: Send + 'static,

@@ -3,7 +3,7 @@
 
 use super::core::{Core, Lifecycle};
 use super::sleep::Sleep;
-use crate::sync::{Arc, Injector, Steal, Stealer, Worker};
+use crate::sync::{Arc, AtomicBool, Injector, Ordering, Steal, Stealer, Worker};
 use crate::task::TaskRef;
 use std::cell::RefCell;
 
@@ -20,6 +20,10 @@ pub(crate) struct WorkerSet {
     pub(crate) injector: Injector<TaskRef>,
     pub(crate) stealers: Vec<Stealer<TaskRef>>,
     pub(crate) sleep: Sleep,
+    /// One flag per worker, set while it moves a batch from the injector into its deque: for
+    /// that moment the batch is in neither, so `shutdown_now` waits for the flags to clear
+    /// before it sweeps the queues.
+    batching: Box<[AtomicBool]>,
 }
 
 impl WorkerSet {
@@ -30,8 +34,38 @@ impl WorkerSet {
             injector: Injector::new(),
             stealers: locals.iter().map(Worker::stealer).collect(),
             sleep: Sleep::new(workers),
+            batching: (0..workers).map(|_| AtomicBool::new(false)).collect(),
         };
         (set, locals)
+    }
+
+    /// Steals a batch from the injector into `dest` and pops one, unless the pool is stopping.
+    ///
+    /// Protocol with `quiesce_batches`: the flag store and the lifecycle load here, and the
+    /// lifecycle store and flag loads in `shutdown_now`, are all SeqCst. So either this worker
+    /// sees `Stop` and moves nothing, or `shutdown_now` sees the flag and waits until the batch
+    /// is in the deque, where its stealer finds it.
+    fn steal_batch(&self, core: &Core, index: usize, dest: &Worker<TaskRef>) -> Option<TaskRef> {
+        let flag = &self.batching[index];
+        flag.store(true, Ordering::SeqCst);
+        let stolen = if core.lifecycle() == Lifecycle::Stop {
+            None
+        } else {
+            retry(|| self.injector.steal_batch_and_pop(dest))
+        };
+        // SeqCst (at least Release): pairs with the load in `quiesce_batches`, publishing the
+        // pushes into `dest` before the flag reads clear.
+        flag.store(false, Ordering::SeqCst);
+        stolen
+    }
+
+    /// Waits until no worker is moving a batch (called after `Stop` is stored).
+    pub(crate) fn quiesce_batches(&self) {
+        for flag in self.batching.iter() {
+            while flag.load(Ordering::SeqCst) {
+                crate::sync::thread::yield_now();
+            }
+        }
     }
 
     /// True if any queue holds a task (a racy snapshot, used before parking).
@@ -86,26 +120,35 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
             break;
         }
         if let Some(task) = find_task(&core, index) {
-            core.run_task(task);
+            run_and_release(&core, task);
             continue;
         }
         if core.worker_should_exit() {
             break;
         }
         if let Some(task) = spin_for_work(&core, index) {
-            core.run_task(task);
+            run_and_release(&core, task);
             continue;
         }
-        core.workers.sleep.sleep(index, || core.workers.has_work() || core.worker_should_exit());
+        core.workers.sleep.sleep(index, || {
+            core.workers.has_work() || core.worker_should_exit()
+        });
     }
     // Anything left in the local deque stays reachable through its stealer for shutdown_now.
     LOCAL.with(|l| l.borrow_mut().take());
 }
 
+/// Runs `task`, then lets go of the worker's reference. If that was the last one, the task's
+/// unread result or closure is dropped here, where a panicking `Drop` cannot unwind the worker.
+fn run_and_release(core: &Core, task: TaskRef) {
+    core.run_task(&task);
+    crate::task::drop_user(task);
+}
+
 /// Looks for work a few more times before sleeping.
 fn spin_for_work(core: &Core, index: usize) -> Option<TaskRef> {
     for round in 0..SPIN_ROUNDS {
-        if round < SPIN_ROUNDS - 3 {
+        if round + 3 < SPIN_ROUNDS {
             for _ in 0..(1u32 << round) {
                 std::hint::spin_loop();
             }
@@ -129,7 +172,7 @@ fn find_task(core: &Core, index: usize) -> Option<TaskRef> {
     let stolen = LOCAL.with(|l| {
         let local = l.borrow();
         let local = local.as_ref()?;
-        retry(|| set.injector.steal_batch_and_pop(&local.deque))
+        set.steal_batch(core, index, &local.deque)
     });
     if stolen.is_some() {
         if !set.injector.is_empty() {

@@ -1,9 +1,11 @@
 //! `TaskCell<J>`: the one allocation behind a task and its future.
 
-use super::state::{CANCELLED, COMPLETED, PANICKED, RUNNING, RUNNING_CANCELLED, SCHEDULED, SHUT_DOWN};
+use super::state::{
+    CANCELLED, COMPLETED, PANICKED, RUNNING, RUNNING_CANCELLED, SCHEDULED, SHUT_DOWN,
+};
 use super::{Cancelled, Header, Job, PendingTask, RawTask, RunEnv, RunOutcome, Stop, TaskResult};
 use crate::error::TaskError;
-use crate::sync::{wait_until, Condvar, Mutex, MutexGuard};
+use crate::sync::{wait_until, Condvar, Mutex};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
@@ -14,6 +16,13 @@ use std::time::Instant;
 pub(crate) fn broken_invariant(what: &str) -> ! {
     eprintln!("wheelpool: internal invariant broken: {what}; aborting");
     std::process::abort()
+}
+
+/// Drops a user value (a closure, what it captured, or a result nobody will read) so that a
+/// panicking `Drop` cannot unwind into pool code and leave its bookkeeping half done. The std
+/// panic hook has already printed such a panic; there is nobody else to tell.
+pub(crate) fn drop_user<T>(value: T) {
+    let _ = catch_unwind(AssertUnwindSafe(move || drop(value)));
 }
 
 /// Where the closure or its result is. Guarded by `TaskCell::body`.
@@ -43,7 +52,9 @@ pub(crate) struct TaskCell<J: Job> {
 
 impl<J: Job> std::fmt::Debug for TaskCell<J> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TaskCell").field("header", &self.header).finish_non_exhaustive()
+        f.debug_struct("TaskCell")
+            .field("header", &self.header)
+            .finish_non_exhaustive()
     }
 }
 
@@ -52,34 +63,35 @@ impl<J: Job> TaskCell<J> {
     pub(crate) fn new(job: J, deadline: u64) -> Self {
         TaskCell {
             header: Header::new(deadline, job.is_periodic()),
-            body: Mutex::new(Body { stage: Stage::Waiting(job), waker: None }),
+            body: Mutex::new(Body {
+                stage: Stage::Waiting(job),
+                waker: None,
+            }),
             finished: Condvar::new(),
         }
     }
 
     /// Stores the final result, then wakes the future. The caller has already moved the state to
-    /// a terminal value (or does so under this same lock via `decide`). Returns the closure if it
-    /// was still here so the caller drops it outside the lock.
-    fn complete(&self, mut body: MutexGuard<'_, Body<J>>, result: Result<J::Output, TaskError>) -> Option<J> {
-        let old = std::mem::replace(&mut body.stage, Stage::Done(result));
+    /// a terminal value and dropped every user value it had to drop, so a joiner that returns
+    /// finds the closure's captures gone.
+    fn complete(&self, result: Result<J::Output, TaskError>) {
+        let mut body = self.body.lock();
+        body.stage = Stage::Done(result);
         let waker = body.waker.take();
         drop(body);
         self.finished.notify_all();
         if let Some(w) = waker {
             w.wake();
         }
-        match old {
-            Stage::Waiting(job) => Some(job),
-            _ => None,
-        }
     }
 
-    /// Takes the closure out for a run; we won `SCHEDULED -> RUNNING`, so it must be here.
+    /// Takes the closure out of a task that just left `SCHEDULED` (a run, a cancel or a stop won
+    /// it, so it must be here).
     fn take_job(&self) -> J {
         let mut body = self.body.lock();
         match std::mem::replace(&mut body.stage, Stage::Running) {
             Stage::Waiting(job) => job,
-            _ => broken_invariant("a task won the run but its closure was gone"),
+            _ => broken_invariant("a task left SCHEDULED but its closure was gone"),
         }
     }
 
@@ -95,25 +107,28 @@ impl<J: Job> TaskCell<J> {
             return RunOutcome::Rearm { panicked };
         }
         // RUNNING_CANCELLED: the cancel returned true; no run may follow.
+        let job = std::mem::replace(&mut body.stage, Stage::Running);
+        drop(body);
+        drop_user(job);
         self.header.state.finish(CANCELLED);
-        let job = self.complete(body, Err(TaskError::Cancelled));
-        drop(job);
+        self.complete(Err(TaskError::Cancelled));
         RunOutcome::Finished(CANCELLED)
     }
 
     /// After a run that ends the task: store `result` as `to`, or `Cancelled` if a cancel came in.
     fn finish_run(&self, job: J, to: u8, result: Result<J::Output, TaskError>) -> RunOutcome {
-        let body = self.body.lock();
-        let (end, dropped) = if self.header.state.transition(RUNNING, to) {
-            (to, self.complete(body, result))
-        } else {
-            // RUNNING_CANCELLED: the run's value (if any) is dropped, the future says Cancelled.
-            self.header.state.finish(CANCELLED);
-            (CANCELLED, self.complete(body, Err(TaskError::Cancelled)))
-        };
-        drop(dropped);
-        drop(job);
-        RunOutcome::Finished(end)
+        drop_user(job);
+        // Only this worker leaves RUNNING (a canceller may only mark it RUNNING_CANCELLED), and
+        // the stage stays `Running` until `complete`, so joiners wait for the result below.
+        if self.header.state.transition(RUNNING, to) {
+            self.complete(result);
+            return RunOutcome::Finished(to);
+        }
+        // RUNNING_CANCELLED: the run's value (if any) is dropped before the future says Cancelled.
+        drop_user(result);
+        self.header.state.finish(CANCELLED);
+        self.complete(Err(TaskError::Cancelled));
+        RunOutcome::Finished(CANCELLED)
     }
 }
 
@@ -151,8 +166,9 @@ impl<J: Job> RawTask for TaskCell<J> {
             match self.header.state.load() {
                 SCHEDULED => {
                     if self.header.state.transition(SCHEDULED, CANCELLED) {
-                        let job = self.complete(self.body.lock(), Err(TaskError::Cancelled));
-                        drop(job); // the closure and what it captured go now, not at the deadline
+                        // The closure and what it captured go now, not at the deadline.
+                        drop_user(self.take_job());
+                        self.complete(Err(TaskError::Cancelled));
                         return Cancelled::Waiting;
                     }
                 }
@@ -174,11 +190,16 @@ impl<J: Job> RawTask for TaskCell<J> {
         if !self.header.state.transition(SCHEDULED, to) {
             return None;
         }
-        let job = self.complete(self.body.lock(), Err(err));
-        Some(match why {
-            Stop::Now => job.map(Job::into_pending),
-            Stop::Shutdown => None,
-        })
+        let job = self.take_job();
+        let pending = match why {
+            Stop::Now => Some(job.into_pending()),
+            Stop::Shutdown => {
+                drop_user(job);
+                None
+            }
+        };
+        self.complete(Err(err));
+        Some(pending)
     }
 }
 

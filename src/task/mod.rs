@@ -15,11 +15,11 @@ pub(crate) mod state;
 pub use pending::PendingTask;
 pub use periodic::{MissedTicks, PeriodicOptions};
 
-pub(crate) use cell::TaskCell;
+pub(crate) use cell::{drop_user, TaskCell};
 pub(crate) use job::{Job, OneShot};
 
 use crate::error::TaskError;
-use crate::sync::{AtomicU64, Arc, Ordering};
+use crate::sync::{Arc, AtomicU64, Ordering};
 use std::any::Any;
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -142,6 +142,8 @@ pub(crate) trait TaskResult<T>: RawTask {
 
 impl std::fmt::Debug for dyn RawTask {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Task").field("header", self.header()).finish_non_exhaustive()
+        f.debug_struct("Task")
+            .field("header", self.header())
+            .finish_non_exhaustive()
     }
 }

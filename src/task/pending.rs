@@ -55,6 +55,8 @@ impl PendingTask {
 
 impl fmt::Debug for PendingTask {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PendingTask").field("periodic", &self.periodic).finish_non_exhaustive()
+        f.debug_struct("PendingTask")
+            .field("periodic", &self.periodic)
+            .finish_non_exhaustive()
     }
 }

@@ -88,7 +88,11 @@ impl PeriodicOptions {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Plan {
     /// Runs at `first + k * period`; `planned` is the deadline of the run now due or running.
-    Rate { period: u64, planned: u64, missed: MissedTicks },
+    Rate {
+        period: u64,
+        planned: u64,
+        missed: MissedTicks,
+    },
     /// Runs `delay` after the previous run returned.
     Delay { delay: u64 },
 }
@@ -98,7 +102,11 @@ impl Plan {
     pub(crate) fn next(&mut self, now: u64) -> u64 {
         match self {
             Plan::Delay { delay } => now.saturating_add(*delay),
-            Plan::Rate { period, planned, missed } => {
+            Plan::Rate {
+                period,
+                planned,
+                missed,
+            } => {
                 let on_grid = planned.saturating_add(*period);
                 let next = if on_grid >= now {
                     on_grid
@@ -131,7 +139,11 @@ pub(crate) struct Periodic<F> {
 
 impl<F: FnMut() + Send + 'static> Periodic<F> {
     pub(crate) fn new(f: F, plan: Plan, survive_panics: bool) -> Self {
-        Periodic { f, plan, survive_panics }
+        Periodic {
+            f,
+            plan,
+            survive_panics,
+        }
     }
 }
 
@@ -164,7 +176,11 @@ mod tests {
     use super::*;
 
     fn rate(period: u64, planned: u64, missed: MissedTicks) -> Plan {
-        Plan::Rate { period, planned, missed }
+        Plan::Rate {
+            period,
+            planned,
+            missed,
+        }
     }
 
     #[test]
@@ -173,7 +189,11 @@ mod tests {
             let mut p = rate(10, 0, missed);
             assert_eq!(p.next(3), 10);
             assert_eq!(p.next(12), 20);
-            assert_eq!(p.next(20), 30, "finishing exactly on the next slot is not a miss");
+            assert_eq!(
+                p.next(20),
+                30,
+                "finishing exactly on the next slot is not a miss"
+            );
         }
     }
 

@@ -4,7 +4,7 @@
 //! (saturating at `u64::MAX`, which means "never") and ticks of the wheel. Deadlines round *up*
 //! to the next tick and "now" rounds *down*, so a task never fires before its deadline.
 
-use crate::sync::{AtomicU64, Arc, Mutex, Ordering, Weak};
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering, Weak};
 use std::fmt;
 use std::time::{Duration, Instant};
 
@@ -127,7 +127,12 @@ impl ManualClock {
     }
 
     fn listeners(&self) -> Vec<Arc<dyn ClockListener>> {
-        self.inner.listeners.lock().iter().filter_map(Weak::upgrade).collect()
+        self.inner
+            .listeners
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect()
     }
 
     /// Settles every live pool; the earliest of their next deadlines.
@@ -195,7 +200,11 @@ impl TimeBase {
     /// `tick` is clamped to at least 1 ns (the builder refuses zero before this).
     pub(crate) fn new(clock: Clock, tick: Duration) -> Self {
         let origin = clock.now();
-        TimeBase { clock, origin, tick_nanos: duration_nanos(tick).max(1) }
+        TimeBase {
+            clock,
+            origin,
+            tick_nanos: duration_nanos(tick).max(1),
+        }
     }
 
     /// Now, in nanoseconds since the origin.

@@ -8,13 +8,13 @@
 use super::{Timer, AWAKE, CANCEL_BATCH};
 use crate::pool::{Core, Lifecycle};
 use crate::sync::{fence, Arc, Ordering, Steal};
-use crate::task::{state, PendingTask, Stop, TaskRef};
+use crate::task::{state, PendingTask, TaskRef};
 use crate::wheel::{Key, Wheel};
 
 /// The timer thread's own state.
-struct Driver {
+pub(crate) struct Driver {
     core: Arc<Core>,
-    wheel: Wheel<TaskRef>,
+    pub(crate) wheel: Wheel<TaskRef>,
     /// Scratch space for due tasks, reused across passes.
     due: Vec<TaskRef>,
     /// Periodic tasks in the wheel have been stopped for a graceful shutdown.
@@ -24,18 +24,26 @@ struct Driver {
 /// The timer thread's body.
 pub(crate) fn run(core: Arc<Core>) {
     super::mark_pool_thread();
-    let mut driver = Driver { core, wheel: Wheel::new(), due: Vec::new(), swept_for_shutdown: false };
-    driver.run();
+    Driver::new(core).run();
 }
 
 impl Driver {
+    pub(crate) fn new(core: Arc<Core>) -> Self {
+        Driver {
+            core,
+            wheel: Wheel::new(),
+            due: Vec::new(),
+            swept_for_shutdown: false,
+        }
+    }
+
     fn timer(&self) -> &Timer {
         &self.core.timer
     }
 
     fn run(&mut self) {
         loop {
-            self.timer().sleep_until.store(AWAKE, Ordering::Relaxed);
+            self.mark_awake();
             let settle_req = self.settle_requested();
             let life = self.core.lifecycle();
             if life == Lifecycle::Stop {
@@ -56,16 +64,27 @@ impl Driver {
             }
             let next = self.wheel.next_expiration();
             self.settle_report(settle_req, dispatched, drained, next);
-            if self.prepare_sleep(next) {
-                let deadline = match (&self.timer().settle, next) {
-                    (None, Some(tick)) => {
-                        let time = &self.timer().time;
-                        Some(time.instant_of(time.nanos_of_tick(tick)))
-                    }
-                    _ => None,
-                };
-                self.timer().parker.park(deadline);
-            }
+            self.sleep(next);
+        }
+    }
+
+    /// Starts a pass: the driver is awake, so no producer needs to wake it.
+    pub(crate) fn mark_awake(&self) {
+        self.timer().sleep_until.store(AWAKE, Ordering::Relaxed);
+    }
+
+    /// Parks until the wheel tick `next` (`None`: no time limit), a wake-up, or an earlier
+    /// submission; returns at once if `prepare_sleep` finds work already queued.
+    pub(crate) fn sleep(&self, next: Option<u64>) {
+        if self.prepare_sleep(next) {
+            let deadline = match (&self.timer().settle, next) {
+                (None, Some(tick)) => {
+                    let time = &self.timer().time;
+                    Some(time.instant_of(time.nanos_of_tick(tick)))
+                }
+                _ => None,
+            };
+            self.timer().parker.park(deadline);
         }
     }
 
@@ -81,7 +100,7 @@ impl Driver {
         timer.submissions.is_empty() && timer.cancels_queued.load(Ordering::Relaxed) < CANCEL_BATCH
     }
 
-    fn drain_submissions(&mut self, life: Lifecycle) {
+    pub(crate) fn drain_submissions(&mut self, life: Lifecycle) {
         let core = self.core.clone();
         drain_queue(&core.timer.submissions, |task| self.place(task, life));
     }
@@ -93,7 +112,7 @@ impl Driver {
             return; // cancelled in transit: the canceller has accounted for it
         }
         if life == Lifecycle::Shutdown && header.is_periodic() {
-            self.core.stop_task(&task, Stop::Shutdown);
+            self.core.stop_for_shutdown(&task);
             return;
         }
         let tick = self.timer().time.tick_ceil(header.deadline());
@@ -103,7 +122,7 @@ impl Driver {
         task.header().set_wheel_key(key.to_u64());
     }
 
-    fn drain_cancels(&mut self) {
+    pub(crate) fn drain_cancels(&mut self) {
         let mut drained = 0;
         let mut removed = false;
         let core = self.core.clone();
@@ -116,7 +135,9 @@ impl Driver {
             }
         });
         if drained > 0 {
-            self.timer().cancels_queued.fetch_sub(drained, Ordering::Relaxed);
+            self.timer()
+                .cancels_queued
+                .fetch_sub(drained, Ordering::Relaxed);
         }
         if removed && self.wheel.is_empty() {
             self.wheel.shrink_to_fit();
@@ -130,7 +151,7 @@ impl Driver {
         self.wheel.drain(&mut all);
         for task in all {
             if task.header().is_periodic() {
-                self.core.stop_task(&task, Stop::Shutdown);
+                self.core.stop_for_shutdown(&task);
             } else if task.header().state.load() == state::SCHEDULED {
                 let tick = self.timer().time.tick_ceil(task.header().deadline());
                 let key = self.wheel.insert(tick, task.clone());
@@ -141,7 +162,8 @@ impl Driver {
 
     /// Hands due tasks to the workers; returns how many.
     fn dispatch(&mut self) -> usize {
-        self.due.retain(|t| t.header().state.load() == state::SCHEDULED);
+        self.due
+            .retain(|t| t.header().state.load() == state::SCHEDULED);
         let n = self.due.len();
         if n > 0 {
             self.core.push_batch(&mut self.due);
@@ -155,17 +177,22 @@ impl Driver {
         self.wheel.drain(&mut all);
         drain_queue(&self.timer().submissions, |t| all.push(t));
         drain_queue(&self.timer().cancels, drop);
-        let pending: Vec<PendingTask> =
-            all.iter().filter_map(|t| self.core.stop_task(t, Stop::Now)).collect();
+        let pending: Vec<PendingTask> = all.iter().filter_map(|t| self.core.take_back(t)).collect();
         self.core.hand_back(pending);
     }
 
     fn settle_requested(&self) -> u64 {
-        self.timer().settle.as_ref().map_or(0, |s| s.status.lock().requested)
+        self.timer()
+            .settle
+            .as_ref()
+            .map_or(0, |s| s.status.lock().requested)
     }
 
     fn settle_submitted(&self) -> u64 {
-        self.timer().settle.as_ref().map_or(0, |s| s.submitted.load(Ordering::SeqCst))
+        self.timer()
+            .settle
+            .as_ref()
+            .map_or(0, |s| s.submitted.load(Ordering::SeqCst))
     }
 
     /// Manual clock: publish what this pass did for `ClockListener::settle`.

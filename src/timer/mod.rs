@@ -97,8 +97,8 @@ impl Timer {
 
     /// A waiting task was cancelled: its wheel entry should be unlinked soon.
     pub(crate) fn cancelled(&self, task: TaskRef) {
+        let queued = self.cancels_queued.fetch_add(1, Ordering::Relaxed) + 1; // TEMP-LOOM-FIX
         self.cancels.push(task);
-        let queued = self.cancels_queued.fetch_add(1, Ordering::Relaxed) + 1;
         if queued % CANCEL_BATCH == 0 {
             self.wake();
         }
@@ -163,7 +163,9 @@ impl ClockListener for crate::pool::Core {
             };
             timer.wake();
             let mut st = s.status.lock();
-            while (st.completed < req || s.in_pool.load(Ordering::SeqCst) != 0) && !self.driver_gone() {
+            while (st.completed < req || s.in_pool.load(Ordering::SeqCst) != 0)
+                && !self.driver_gone()
+            {
                 st = crate::sync::wait_until(&s.changed, st, None);
             }
             if self.driver_gone() {

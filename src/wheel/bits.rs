@@ -155,7 +155,11 @@ mod tests {
         assert_eq!(slot_for(4096, 2), 1);
         assert_eq!(slot_for(u64::MAX, 0), 63);
         assert_eq!(slot_for(u64::MAX, 9), 63);
-        assert_eq!(slot_for(u64::MAX, 10), 15, "top level only has 16 reachable slots");
+        assert_eq!(
+            slot_for(u64::MAX, 10),
+            15,
+            "top level only has 16 reachable slots"
+        );
         assert_eq!(slot_for(1 << 60, 10), 1);
         for level in 0..NUM_LEVELS {
             for slot in 0..SLOTS as u64 {
@@ -174,7 +178,11 @@ mod tests {
         for bit in 0..SLOTS {
             for from in 0..SLOTS {
                 // A single bit is always found, wrapping if it is before `from`.
-                assert_eq!(next_occupied(1 << bit, from), Some(bit), "bit {bit} from {from}");
+                assert_eq!(
+                    next_occupied(1 << bit, from),
+                    Some(bit),
+                    "bit {bit} from {from}"
+                );
             }
         }
     }

@@ -61,7 +61,10 @@ impl Key {
     /// assert_eq!(wheel.remove(Key::from_u64(0)), None);
     /// ```
     pub fn from_u64(raw: u64) -> Key {
-        Key { index: raw as u32, generation: (raw >> 32) as u32 }
+        Key {
+            index: raw as u32,
+            generation: (raw >> 32) as u32,
+        }
     }
 }
 
@@ -71,10 +74,20 @@ mod tests {
 
     #[test]
     fn round_trips_losslessly() {
-        for raw in [0, 1, u64::from(u32::MAX), 1 << 32, u64::MAX, 0xDEAD_BEEF_0BAD_F00D] {
+        for raw in [
+            0,
+            1,
+            u64::from(u32::MAX),
+            1 << 32,
+            u64::MAX,
+            0xDEAD_BEEF_0BAD_F00D,
+        ] {
             assert_eq!(Key::from_u64(raw).to_u64(), raw);
         }
-        let key = Key { index: 7, generation: 3 };
+        let key = Key {
+            index: 7,
+            generation: 3,
+        };
         assert_eq!(key.to_u64(), (3 << 32) | 7);
         assert_eq!(Key::from_u64(key.to_u64()), key);
     }

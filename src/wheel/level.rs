@@ -16,7 +16,10 @@ pub(super) struct Level {
 
 impl Level {
     /// A level with every slot empty.
-    pub(super) const EMPTY: Level = Level { occupied: 0, slots: [List::EMPTY; SLOTS] };
+    pub(super) const EMPTY: Level = Level {
+        occupied: 0,
+        slots: [List::EMPTY; SLOTS],
+    };
 
     /// Whether no slot holds a node.
     pub(super) fn is_empty(&self) -> bool {

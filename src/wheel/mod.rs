@@ -4,11 +4,11 @@
 //!
 //! # Layout
 //!
-//! [`NUM_LEVELS`](bits::NUM_LEVELS) = 11 levels of 64 slots. A slot of level `l` spans `64^l`
-//! ticks, so level 0 has one tick per slot and the 11 levels cover 66 bits: every `u64` deadline
-//! up to `u64::MAX` has a place, and no overflow list is needed (the top level uses 16 of its 64
-//! slots). Each level keeps a `u64` bitmap of its non-empty slots. Entries live in one slab
-//! (`Vec`) and each slot is an intrusive doubly linked list through it, linked by `u32` indices.
+//! Eleven levels of 64 slots. A slot of level `l` spans `64^l` ticks, so level 0 has one tick
+//! per slot and the 11 levels cover 66 bits: every `u64` deadline up to `u64::MAX` has a place,
+//! and no overflow list is needed (the top level uses 16 of its 64 slots). Each level keeps a
+//! `u64` bitmap of its non-empty slots. Entries live in one slab (`Vec`) and each slot is an
+//! intrusive doubly linked list through it, linked by `u32` indices.
 //!
 //! # Ground rules
 //!
@@ -103,7 +103,9 @@ impl<T> Wheel<T> {
     /// use wheelpool::wheel::Wheel;
     ///
     /// assert_eq!(Wheel::<()>::ENTRY_SIZE, 24);
-    /// assert_eq!(Wheel::<Arc<String>>::ENTRY_SIZE, 32);
+    /// if cfg!(target_pointer_width = "64") {
+    ///     assert_eq!(Wheel::<Arc<String>>::ENTRY_SIZE, 32);
+    /// }
     /// ```
     pub const ENTRY_SIZE: usize = Slab::<T>::NODE_SIZE;
 
@@ -280,18 +282,21 @@ impl<T> Wheel<T> {
     ///
     /// The answer is never before [`now`](Wheel::now) and never after the earliest deadline in
     /// the wheel, so sleeping until it can never make an entry late. It is **exact** (polling
-    /// at it yields an entry) when the earliest entry is due within the current 64-tick block,
-    /// and whenever an entry was inserted at or before `now` (the answer is then `now`).
+    /// at it yields an entry) when the earliest entry is due within the aligned 64-tick block
+    /// of `now`, and whenever an entry was inserted at or before `now` (the answer is then
+    /// `now`).
     /// Otherwise the earliest entries share a coarser slot, and the answer is that slot's first
     /// tick: polling there cascades the slot to finer levels and yields only entries due
     /// exactly then, and the next answer is strictly later and finer. At most 10 such
-    /// cascade-only stops precede any yield; at a 1 ms tick a 30 s timer costs about 2.
+    /// cascade-only stops precede any yield; at a 1 ms tick a 30 s timer costs about 2. A
+    /// driver that sleeps until the answer, polls, then asks again handles both cases alike.
     ///
     /// Why not always exact: the exact minimum of a coarse slot needs a scan of that slot (or an
     /// ordered structure), and timers cancelled in deadline order (RPC timeouts) would make that
     /// scan repeat on every call. A stop at a slot boundary costs a bitmap look-up instead.
     ///
-    /// O(1): one `trailing_zeros` per empty level and one rotate per call, no slot scan.
+    /// O(1): a zero test per empty level, then one rotate and one `trailing_zeros`; no slot
+    /// scan.
     ///
     /// # Examples
     ///

@@ -72,7 +72,12 @@ pub(super) struct Slab<T> {
 impl<T> Slab<T> {
     /// An empty slab with room for `capacity` nodes before it reallocates.
     pub(super) fn with_capacity(capacity: usize) -> Self {
-        Slab { nodes: Vec::with_capacity(capacity), free: NIL, len: 0, fresh_generation: 1 }
+        Slab {
+            nodes: Vec::with_capacity(capacity),
+            free: NIL,
+            len: 0,
+            fresh_generation: 1,
+        }
     }
 
     /// Number of occupied nodes.
@@ -109,7 +114,10 @@ impl<T> Slab<T> {
     /// Appends a new node; the slow path of [`Slab::insert`] once the free list is empty.
     fn push_node(&mut self, deadline: u64, value: T) -> u32 {
         let index = self.nodes.len();
-        assert!(index < NIL as usize, "wheel: more than u32::MAX - 1 entries");
+        assert!(
+            index < NIL as usize,
+            "wheel: more than u32::MAX - 1 entries"
+        );
         self.nodes.push(Node {
             deadline,
             prev: NIL,
@@ -221,6 +229,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(target_pointer_width = "64")]
     fn node_size_without_value_is_small() {
         // 8 (deadline) + 3 * 4 (links, generation) + Option<()> tag, padded to 8.
         assert_eq!(Slab::<()>::NODE_SIZE, 24);
@@ -317,6 +326,10 @@ mod tests {
         let value = slab.vacate(index);
         assert_eq!(std::rc::Rc::strong_count(&shared), 2);
         drop(value);
-        assert_eq!(std::rc::Rc::strong_count(&shared), 1, "the slab keeps no copy");
+        assert_eq!(
+            std::rc::Rc::strong_count(&shared),
+            1,
+            "the slab keeps no copy"
+        );
     }
 }
