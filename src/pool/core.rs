@@ -17,7 +17,9 @@
 use super::worker::{self, WorkerSet};
 use crate::error::ScheduleError;
 use crate::sync::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Condvar, Mutex, Ordering};
-use crate::task::{drop_user, state, Cancelled, MissedTicks, PendingTask, RunEnv, RunOutcome, Stop, TaskRef};
+use crate::task::{
+    drop_user, state, Cancelled, MissedTicks, PendingTask, RunEnv, RunOutcome, Stop, TaskRef,
+};
 use crate::timer::Timer;
 use std::any::Any;
 use std::time::Instant;

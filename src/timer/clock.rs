@@ -97,15 +97,23 @@ impl ManualClock {
     /// cannot wait for the pool it runs on); the outer `advance` then carries on from the new
     /// time. Total time saturates some 584 years after the clock was created.
     pub fn advance(&self, by: Duration) {
-        let target = self.offset_now().saturating_add(duration_nanos(by));
+        let by = duration_nanos(by);
         if ON_POOL_THREAD.with(|c| c.get()) {
-            self.set_offset(target);
+            // Read-modify-write, so concurrent advances from tasks add up.
+            let _ = self
+                .inner
+                .offset
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |o| {
+                    Some(o.saturating_add(by))
+                });
             for l in self.listeners() {
                 l.time_moved();
             }
             return;
         }
         let _one_at_a_time = self.inner.advancing.lock();
+        // The target is read under the lock: two threads advancing by 1 ms each move 2 ms.
+        let target = self.offset_now().saturating_add(by);
         loop {
             let next = self.settle_all();
             match next.map(|at| self.offset_of(at)) {
