@@ -96,6 +96,7 @@ impl RunEnv for ModelEnv {
     fn report_panic(&self, _payload: Box<dyn Any + Send>) -> String {
         "panicked".to_owned()
     }
+    fn run_ending(&self, _end: u8) {}
 }
 
 type OneShotFn<T> = Box<dyn FnOnce() -> T + Send>;
@@ -119,7 +120,10 @@ impl<T: Send + 'static> fmt::Debug for OneShotTask<T> {
 impl<T: Send + 'static> OneShotTask<T> {
     /// A `SCHEDULED` task that will run `f`.
     pub fn new(f: impl FnOnce() -> T + Send + 'static) -> Self {
-        OneShotTask(Arc::new(TaskCell::new(OneShot::new(Box::new(f) as OneShotFn<T>), 0)))
+        OneShotTask(Arc::new(TaskCell::new(
+            OneShot::new(Box::new(f) as OneShotFn<T>),
+            0,
+        )))
     }
 
     /// A worker runs it (`RawTask::run`).
@@ -308,9 +312,9 @@ impl LoomPool {
     /// An idle worker's sleep, exactly as `worker::run` calls it.
     pub fn sleep(&self, index: usize) {
         let core = &self.core;
-        core.workers
-            .sleep
-            .sleep(index, || core.workers.has_work() || core.worker_should_exit());
+        core.workers.sleep.sleep(index, || {
+            core.workers.has_work() || core.worker_should_exit()
+        });
     }
 
     /// True when an idle worker should leave (`Core::worker_should_exit`).

@@ -218,21 +218,21 @@ impl Core {
         }
         self.running.fetch_add(1, Ordering::Relaxed);
         match task.run(self) {
-            RunOutcome::NotStarted => {}
-            RunOutcome::Finished(end) => {
-                self.count_end(end);
-                self.task_ended();
+            RunOutcome::NotStarted => {
+                self.running.fetch_sub(1, Ordering::Relaxed);
             }
+            // `run_ending` has done the bookkeeping, before the future completed.
+            RunOutcome::Finished(_) => {}
             RunOutcome::Rearm { panicked } => {
                 if !panicked {
                     self.completed.fetch_add(1, Ordering::Relaxed);
                 }
+                self.running.fetch_sub(1, Ordering::Relaxed);
                 self.route(task.clone());
                 // Err: stopped by shutdown_now after its run; `stop_for_shutdown` did the accounting.
                 let _ = self.recheck_stop(task);
             }
         }
-        self.running.fetch_sub(1, Ordering::Relaxed);
         self.settle_left_pool();
     }
 
@@ -401,6 +401,12 @@ impl RunEnv for Core {
 
     fn stopping(&self) -> bool {
         self.lifecycle.load(Ordering::SeqCst) != RUNNING
+    }
+
+    fn run_ending(&self, end: u8) {
+        self.count_end(end);
+        self.running.fetch_sub(1, Ordering::Relaxed);
+        self.task_ended();
     }
 
     fn report_panic(&self, payload: Box<dyn Any + Send>) -> String {

@@ -97,7 +97,7 @@ impl<J: Job> TaskCell<J> {
 
     /// After a periodic run: put the closure back and become `SCHEDULED` for `next`, unless a
     /// cancel came in during the run.
-    fn rearm(&self, job: J, next: u64, panicked: bool) -> RunOutcome {
+    fn rearm(&self, env: &dyn RunEnv, job: J, next: u64, panicked: bool) -> RunOutcome {
         self.header.set_deadline(next);
         let mut body = self.body.lock();
         body.stage = Stage::Waiting(job);
@@ -111,22 +111,31 @@ impl<J: Job> TaskCell<J> {
         drop(body);
         drop_user(job);
         self.header.state.finish(CANCELLED);
+        env.run_ending(CANCELLED);
         self.complete(Err(TaskError::Cancelled));
         RunOutcome::Finished(CANCELLED)
     }
 
     /// After a run that ends the task: store `result` as `to`, or `Cancelled` if a cancel came in.
-    fn finish_run(&self, job: J, to: u8, result: Result<J::Output, TaskError>) -> RunOutcome {
+    fn finish_run(
+        &self,
+        env: &dyn RunEnv,
+        job: J,
+        to: u8,
+        result: Result<J::Output, TaskError>,
+    ) -> RunOutcome {
         drop_user(job);
         // Only this worker leaves RUNNING (a canceller may only mark it RUNNING_CANCELLED), and
         // the stage stays `Running` until `complete`, so joiners wait for the result below.
         if self.header.state.transition(RUNNING, to) {
+            env.run_ending(to);
             self.complete(result);
             return RunOutcome::Finished(to);
         }
         // RUNNING_CANCELLED: the run's value (if any) is dropped before the future says Cancelled.
         drop_user(result);
         self.header.state.finish(CANCELLED);
+        env.run_ending(CANCELLED);
         self.complete(Err(TaskError::Cancelled));
         RunOutcome::Finished(CANCELLED)
     }
@@ -149,15 +158,15 @@ impl<J: Job> RawTask for TaskCell<J> {
         };
         if job.is_periodic() && go_on {
             if env.stopping() {
-                return self.finish_run(job, SHUT_DOWN, Err(TaskError::Shutdown));
+                return self.finish_run(env, job, SHUT_DOWN, Err(TaskError::Shutdown));
             }
             if let Some(next) = job.plan_next(env.now_nanos()) {
-                return self.rearm(job, next, result.is_err());
+                return self.rearm(env, job, next, result.is_err());
             }
         }
         match result {
-            Ok(value) => self.finish_run(job, COMPLETED, Ok(value)),
-            Err(msg) => self.finish_run(job, PANICKED, Err(TaskError::Panicked(msg))),
+            Ok(value) => self.finish_run(env, job, COMPLETED, Ok(value)),
+            Err(msg) => self.finish_run(env, job, PANICKED, Err(TaskError::Panicked(msg))),
         }
     }
 
