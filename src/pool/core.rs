@@ -209,8 +209,10 @@ impl Core {
 
     /// Runs one task on the calling worker and does the bookkeeping for what became of it.
     pub(crate) fn run_task(&self, task: &TaskRef) {
-        if task.header().is_periodic() && self.stopping() {
-            // Shut down while queued: a periodic task that had not started does not start.
+        if task.header().is_periodic() && self.lifecycle() == Lifecycle::Shutdown {
+            // Graceful shutdown while queued: a periodic task that had not started does not
+            // start. Not under `Stop`: there a task this worker took before `shutdown_now`'s
+            // sweep must run (it was not there to be handed back), and `run` then ends it.
             if self.stop_for_shutdown(task) || task.header().state.load() != state::SCHEDULED {
                 self.settle_left_pool();
                 return;

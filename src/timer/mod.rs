@@ -97,7 +97,9 @@ impl Timer {
 
     /// A waiting task was cancelled: its wheel entry should be unlinked soon.
     pub(crate) fn cancelled(&self, task: TaskRef) {
-        let queued = self.cancels_queued.fetch_add(1, Ordering::Relaxed) + 1; // TEMP-LOOM-FIX
+        // Count before the push: the driver subtracts what it drained, so a task it can drain
+        // must already be counted, or the counter wraps below zero (loom_periodic found it).
+        let queued = self.cancels_queued.fetch_add(1, Ordering::Relaxed) + 1;
         self.cancels.push(task);
         if queued % CANCEL_BATCH == 0 {
             self.wake();

@@ -44,6 +44,7 @@ impl Key {
     /// let raw = wheel.insert(1, ()).to_u64();
     /// assert!(raw != 0 && raw != u64::MAX);
     /// ```
+    #[must_use]
     pub fn to_u64(self) -> u64 {
         (u64::from(self.generation) << 32) | u64::from(self.index)
     }
@@ -60,6 +61,7 @@ impl Key {
     /// assert_eq!(Key::from_u64(u64::MAX).to_u64(), u64::MAX);
     /// assert_eq!(wheel.remove(Key::from_u64(0)), None);
     /// ```
+    #[must_use]
     pub fn from_u64(raw: u64) -> Key {
         Key {
             index: raw as u32,

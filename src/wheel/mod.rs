@@ -121,6 +121,7 @@ impl<T> Wheel<T> {
     /// assert!(wheel.is_empty());
     /// assert_eq!(wheel.next_expiration(), None);
     /// ```
+    #[must_use]
     pub fn new() -> Self {
         Self::with_capacity(0)
     }
@@ -136,6 +137,7 @@ impl<T> Wheel<T> {
     /// let wheel: Wheel<u32> = Wheel::with_capacity(100);
     /// assert!(wheel.capacity() >= 100);
     /// ```
+    #[must_use]
     pub fn with_capacity(capacity: usize) -> Self {
         Wheel {
             now: 0,
@@ -158,6 +160,7 @@ impl<T> Wheel<T> {
     /// wheel.poll_expired(7, &mut Vec::new()); // time never goes back
     /// assert_eq!(wheel.now(), 42);
     /// ```
+    #[must_use]
     pub fn now(&self) -> u64 {
         self.now
     }
@@ -173,6 +176,7 @@ impl<T> Wheel<T> {
     /// wheel.insert(3, 'a');
     /// assert_eq!(wheel.len(), 1);
     /// ```
+    #[must_use]
     pub fn len(&self) -> usize {
         self.slab.len()
     }
@@ -191,6 +195,7 @@ impl<T> Wheel<T> {
     /// wheel.remove(key);
     /// assert!(wheel.is_empty());
     /// ```
+    #[must_use]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -208,6 +213,7 @@ impl<T> Wheel<T> {
     /// }
     /// assert!(wheel.capacity() >= 1000);
     /// ```
+    #[must_use]
     pub fn capacity(&self) -> usize {
         self.slab.capacity()
     }
@@ -315,6 +321,7 @@ impl<T> Wheel<T> {
     /// assert!(due.is_empty());
     /// assert_eq!(wheel.next_expiration(), Some(1000));
     /// ```
+    #[must_use]
     pub fn next_expiration(&self) -> Option<u64> {
         if !self.due.is_empty() {
             return Some(self.now);

@@ -1,0 +1,150 @@
+//! Loom model 5: shutdown racing schedule (`src/pool/core.rs` `admit`/`route`/`recheck_stop`/
+//! `shutdown_now`, with the real worker loop and the real timer thread).
+//!
+//! Every task is exactly one of: rejected with `Shutdown`, run, or returned by `shutdown_now`.
+//! None is both, none is neither: a task left queued after `shutdown_now` with its schedule
+//! accepted would never finish, and its future's `join` would block (loom: deadlock).
+
+#![cfg(loom)]
+
+mod loom_common;
+
+use loom::thread;
+use loom_common::{model, Count};
+use std::sync::Arc;
+use wheelpool::loom_api::LoomPool;
+use wheelpool::{ScheduleError, TaskError};
+
+/// Checks the fate of one one-shot task scheduled while `shutdown_now` ran.
+fn check_fate(
+    scheduled: Result<wheelpool::ScheduledFuture<()>, ScheduleError>,
+    ran: &Count,
+    returned: usize,
+) {
+    let rejected = usize::from(scheduled.is_err());
+    assert_eq!(
+        ran.get() + returned + rejected,
+        1,
+        "ran {} + returned {returned} + rejected {rejected}",
+        ran.get()
+    );
+    match scheduled {
+        Err(e) => assert_eq!(e, ScheduleError::Shutdown),
+        Ok(future) if ran.get() == 1 => assert_eq!(future.join(), Ok(())),
+        Ok(future) => assert_eq!(future.join(), Err(TaskError::Cancelled)),
+    }
+}
+
+/// A task due now (straight to the injector) vs `shutdown_now`, with a worker running.
+#[test]
+fn schedule_due_now_racing_shutdown_now() {
+    model("schedule_due_now_racing_shutdown_now", || {
+        let (ran, drops) = (Count::new(), Count::new());
+        let pool = Arc::new(LoomPool::new(1));
+        pool.driver_exited(); // no timer thread: nothing to hand back
+        let worker = {
+            let pool = pool.clone();
+            thread::spawn(move || pool.run_worker(0))
+        };
+        let submitter = {
+            let (pool, ran, token) = (pool.clone(), ran.clone(), drops.token());
+            thread::spawn(move || {
+                pool.schedule(
+                    move || {
+                        let _token = token;
+                        ran.add();
+                    },
+                    0,
+                )
+            })
+        };
+        let returned = pool.shutdown_now();
+        let scheduled = submitter.join().unwrap();
+        worker.join().unwrap();
+        check_fate(scheduled, &ran, returned.len());
+        drop(returned);
+        drop(pool);
+        assert_eq!(drops.get(), 1, "closure dropped exactly once");
+    });
+}
+
+/// A delayed task (through the timer thread's submission queue) vs `shutdown_now`, with the
+/// real timer thread (`driver::run`), which hands back what it holds.
+#[test]
+fn schedule_later_racing_shutdown_now() {
+    model("schedule_later_racing_shutdown_now", || {
+        let (ran, drops) = (Count::new(), Count::new());
+        let pool = Arc::new(LoomPool::new(1));
+        let driver = {
+            let pool = pool.clone();
+            thread::spawn(move || pool.run_driver())
+        };
+        let submitter = {
+            let (pool, ran, token) = (pool.clone(), ran.clone(), drops.token());
+            thread::spawn(move || {
+                pool.schedule(
+                    move || {
+                        let _token = token;
+                        ran.add();
+                    },
+                    5,
+                )
+            })
+        };
+        let returned = pool.shutdown_now();
+        let scheduled = submitter.join().unwrap();
+        driver.join().unwrap();
+        assert_eq!(ran.get(), 0, "nothing is due");
+        check_fate(scheduled, &ran, returned.len());
+        drop(returned);
+        drop(pool);
+        assert_eq!(drops.get(), 1, "closure dropped exactly once");
+    });
+}
+
+/// A periodic task that a worker runs and re-arms (straight back onto the injector) while
+/// `shutdown_now` sweeps: afterwards the task is finished (returned, or stopped by the re-arm's
+/// own recheck), nothing of it is left queued, and it ran at most once more.
+#[test]
+fn periodic_rearm_racing_shutdown_now() {
+    model("periodic_rearm_racing_shutdown_now", || {
+        let (ran, drops) = (Count::new(), Count::new());
+        let pool = Arc::new(LoomPool::new(1));
+        pool.driver_exited();
+        let future = {
+            let (ran, token) = (ran.clone(), drops.token());
+            pool.schedule_periodic(
+                move || {
+                    let _token = &token;
+                    ran.add();
+                },
+                0,
+                0,
+            )
+            .unwrap()
+        };
+        let worker = {
+            let pool = pool.clone();
+            thread::spawn(move || pool.run_one())
+        };
+        let returned = pool.shutdown_now();
+        worker.join().unwrap();
+        assert!(returned.len() <= 1);
+        assert!(ran.get() <= 1);
+        assert!(future.is_done(), "the task is finished, not left queued");
+        assert_eq!(pool.outstanding(), 0);
+        let result = future.join();
+        if returned.len() == 1 {
+            assert_eq!(result, Err(TaskError::Cancelled));
+        } else {
+            assert_eq!(ran.get(), 1, "not returned: it ran, then stopped");
+            assert!(
+                matches!(result, Err(TaskError::Cancelled | TaskError::Shutdown)),
+                "{result:?}"
+            );
+        }
+        drop(returned);
+        drop(pool);
+        assert_eq!(drops.get(), 1, "closure dropped exactly once");
+    });
+}
