@@ -3,7 +3,12 @@
 //! Each benchmark keeps `n` entries live (1e4, 1e5, 1e6) and reports time per operation:
 //! - `insert`: insert into a full structure whose free nodes were left by random removals (the
 //!   steady state of a timer service), timed; the removals that make room are not.
-//! - `remove`: remove random live keys (cancellation), timed; the re-inserts are not.
+//! - `remove`: remove random live keys (cancellation), timed; the re-inserts are not. At 1e6
+//!   entries the structures outgrow the caches and the TLB, so this measures misses: the
+//!   wheel's unlink touches the node and both neighbours (two dependent misses), the lazy heap
+//!   only its side-table entry (one).
+//! - `cancel_recent`: remove, oldest first, the 1024 entries inserted just before (an RPC
+//!   timeout cancelled when the reply comes), timed: the structure's own cost, cache-warm.
 //! - `poll`: advance time so that about 1024 entries come due, timed per entry handed out,
 //!   cascades included; the re-inserts that keep `n` steady are not.
 //!
@@ -14,6 +19,9 @@
 //! bumps the generation and frees the value at once, and the stale heap item is skipped when it
 //! reaches the top. When stale items outnumber live ones the heap is compacted with `retain`,
 //! inside the timed `remove`, so that cost is amortized into it.
+//!
+//! Wheel and heap run alternately at each size, so that other work on the machine disturbs both
+//! alike. Values are `NonZeroU64`: pointer-sized with a niche, like the executor's `Arc`.
 //!
 //! Run: `cargo bench --bench wheel -- --measurement-time 2 --warm-up-time 1 --sample-size 20`.
 
@@ -27,6 +35,7 @@ mod bench {
 
     use criterion::{BenchmarkId, Criterion};
     use rand::rngs::StdRng;
+    use rand::seq::index::sample;
     use rand::{Rng, SeedableRng};
     use wheelpool::wheel::{Key, Wheel};
 
@@ -116,7 +125,8 @@ mod bench {
             self.stale += 1;
             if self.stale > self.live() && self.heap.len() > CHUNK {
                 let slots = &self.slots;
-                self.heap.retain(|Reverse((_, s, g))| slots[*s as usize].0 == *g);
+                self.heap
+                    .retain(|Reverse((_, s, g))| slots[*s as usize].0 == *g);
                 self.stale = 0;
             }
             value
@@ -140,6 +150,14 @@ mod bench {
         }
     }
 
+    /// Which half of a churn round is timed.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Op {
+        Insert,
+        Remove,
+        CancelRecent,
+    }
+
     /// A structure filled with `n` entries, their keys, and a seeded random source.
     struct Fixture<S: Timers> {
         timers: S,
@@ -151,43 +169,61 @@ mod bench {
         fn new(n: usize) -> Self {
             let mut rng = StdRng::seed_from_u64(0x5eed);
             let mut timers = S::default();
-            let keys = (0..n).map(|i| timers.insert(rng.gen_range(1..HORIZON), value(i))).collect();
+            let keys = (0..n)
+                .map(|i| timers.insert(rng.gen_range(1..HORIZON), value(i)))
+                .collect();
             Fixture { timers, keys, rng }
         }
 
-        /// `CHUNK` random positions into `keys` (repeats allowed), and fresh deadlines.
+        /// `CHUNK` distinct random positions into `keys`, in random order, and fresh deadlines.
         fn batch(&mut self) -> (Vec<usize>, Vec<u64>) {
             let now = self.timers.now();
-            let n = self.keys.len();
-            let positions = (0..CHUNK).map(|_| self.rng.gen_range(0..n)).collect();
-            let deadlines = (0..CHUNK).map(|_| now + self.rng.gen_range(1..HORIZON)).collect();
+            let positions = sample(&mut self.rng, self.keys.len(), CHUNK).into_vec();
+            let deadlines = (0..CHUNK)
+                .map(|_| now + self.rng.gen_range(1..HORIZON))
+                .collect();
             (positions, deadlines)
         }
 
-        /// Removes then re-inserts the entries at `positions`, timing one of the two halves.
-        fn churn(&mut self, time_inserts: bool) -> Duration {
-            let (mut positions, deadlines) = self.batch();
-            positions.sort_unstable();
-            positions.dedup();
-            let start = Instant::now();
-            for &p in &positions {
-                black_box(self.timers.remove(self.keys[p]));
+        /// Removes then re-inserts `CHUNK` random entries; returns the time of the timed part.
+        fn churn(&mut self, timed: Op) -> Duration {
+            let (positions, deadlines) = self.batch();
+            let removed = self.remove_at(&positions);
+            let inserted = self.insert_at(&positions, &deadlines);
+            match timed {
+                Op::Insert => inserted,
+                Op::Remove => removed,
+                Op::CancelRecent => {
+                    // The RPC pattern: timers armed a moment ago are cancelled, oldest first.
+                    let cancelled = self.remove_at(&positions);
+                    self.insert_at(&positions, &deadlines);
+                    cancelled
+                }
             }
-            let removed = start.elapsed();
-            let start = Instant::now();
-            for (&p, &deadline) in positions.iter().zip(&deadlines) {
-                self.keys[p] = self.timers.insert(deadline, value(p));
-            }
-            let inserted = start.elapsed();
-            // Report per requested op: scale by the ops actually timed.
-            let timed = if time_inserts { inserted } else { removed };
-            timed.mul_f64(CHUNK as f64 / positions.len() as f64)
         }
 
-        /// Time per op over `iters` ops of `churn`.
-        fn churn_iters(&mut self, iters: u64, time_inserts: bool) -> Duration {
+        /// Removes the entries at `positions`; returns the time it took.
+        fn remove_at(&mut self, positions: &[usize]) -> Duration {
+            let start = Instant::now();
+            for &p in positions {
+                black_box(self.timers.remove(self.keys[p]));
+            }
+            start.elapsed()
+        }
+
+        /// Inserts an entry at each of `positions`; returns the time it took.
+        fn insert_at(&mut self, positions: &[usize], deadlines: &[u64]) -> Duration {
+            let start = Instant::now();
+            for (&p, &deadline) in positions.iter().zip(deadlines) {
+                self.keys[p] = self.timers.insert(deadline, value(p));
+            }
+            start.elapsed()
+        }
+
+        /// Time of `iters` ops of `churn`.
+        fn churn_iters(&mut self, iters: u64, timed: Op) -> Duration {
             let chunks = iters.div_ceil(CHUNK as u64);
-            let total: Duration = (0..chunks).map(|_| self.churn(time_inserts)).sum();
+            let total: Duration = (0..chunks).map(|_| self.churn(timed)).sum();
             total.mul_f64(iters as f64 / (chunks * CHUNK as u64) as f64)
         }
 
@@ -213,25 +249,36 @@ mod bench {
         }
     }
 
-    fn run<S: Timers + Default>(c: &mut Criterion, name: &str) {
-        for &n in &SIZES {
-            let mut fixture = Fixture::<S>::new(n);
-            c.benchmark_group("insert").bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
-                b.iter_custom(|iters| fixture.churn_iters(iters, true))
-            });
-            c.benchmark_group("remove").bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
-                b.iter_custom(|iters| fixture.churn_iters(iters, false))
-            });
-            c.benchmark_group("poll").bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
-                b.iter_custom(|iters| fixture.poll_iters(iters))
-            });
-        }
+    /// Runs one benchmark of `group` on `fixture`.
+    fn bench<S: Timers + Default>(
+        c: &mut Criterion,
+        group: &str,
+        name: &str,
+        fixture: &mut Fixture<S>,
+    ) {
+        let n = fixture.keys.len();
+        let mut g = c.benchmark_group(group);
+        g.bench_function(BenchmarkId::new(name, n), |b| {
+            b.iter_custom(|iters| match group {
+                "insert" => fixture.churn_iters(iters, Op::Insert),
+                "remove" => fixture.churn_iters(iters, Op::Remove),
+                "cancel_recent" => fixture.churn_iters(iters, Op::CancelRecent),
+                _ => fixture.poll_iters(iters),
+            })
+        });
     }
 
-    /// The benchmark entry point: wheel then heap at each size.
+    /// The benchmark entry point. Wheel and heap alternate at each size and operation, so that
+    /// noise from other work on the machine hits both alike.
     pub(crate) fn all(c: &mut Criterion) {
-        run::<Wheel<Value>>(c, "wheel");
-        run::<Heap>(c, "heap");
+        for &n in &SIZES {
+            let mut wheel = Fixture::<Wheel<Value>>::new(n);
+            let mut heap = Fixture::<Heap>::new(n);
+            for group in ["insert", "remove", "cancel_recent", "poll"] {
+                bench(c, group, "wheel", &mut wheel);
+                bench(c, group, "heap", &mut heap);
+            }
+        }
     }
 
     criterion::criterion_group!(benches, all);

@@ -1,4 +1,3 @@
-#![cfg(not(loom))]
 //! Model test of the timing wheel against a reference `BTreeMap<(deadline, seq), id>`.
 //!
 //! Random interleavings of insert (delays from 0 to years, deadlines near `u64::MAX`, deadlines
@@ -13,7 +12,10 @@
 //! - every value is dropped exactly once, at the moment it leaves the wheel and its receiver
 //!   drops it (remove drops at once; nothing leaks when the wheel is dropped).
 //!
-//! 256 cases of up to 200 operations by default; set `PROPTEST_CASES` for more.
+//! 256 cases of up to 200 operations by default (plus 32 of up to 2000); set `PROPTEST_CASES`
+//! for more.
+
+#![cfg(not(loom))]
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};
@@ -124,7 +126,14 @@ impl Run {
         };
         let id = self.keys.len();
         self.drops.borrow_mut().push(0);
-        let key = self.wheel.insert(deadline, Tracked { id, deadline, drops: self.drops.clone() });
+        let key = self.wheel.insert(
+            deadline,
+            Tracked {
+                id,
+                deadline,
+                drops: self.drops.clone(),
+            },
+        );
         assert!(self.issued.insert(key), "a key was issued twice: {key:?}");
         self.keys.push((key, id, deadline));
         self.reference.insert((deadline, id), ());
@@ -158,12 +167,22 @@ impl Run {
         assert_eq!(self.wheel.now(), target, "time is clamped, never goes back");
         let mut seen = HashSet::new();
         for value in &out {
-            assert!(value.deadline <= target, "early: {} > {target}", value.deadline);
+            assert!(
+                value.deadline <= target,
+                "early: {} > {target}",
+                value.deadline
+            );
             assert!(seen.insert(value.id), "yielded twice: {}", value.id);
-            assert!(self.reference.remove(&(value.deadline, value.id)).is_some(), "not live");
+            assert!(
+                self.reference.remove(&(value.deadline, value.id)).is_some(),
+                "not live"
+            );
         }
         if let Some((&(deadline, id), _)) = self.reference.first_key_value() {
-            assert!(deadline > target, "lost: id {id} due {deadline}, now {target}");
+            assert!(
+                deadline > target,
+                "lost: id {id} due {deadline}, now {target}"
+            );
         }
         let count = out.len();
         let ids: Vec<usize> = out.iter().map(|v| v.id).collect();
@@ -181,13 +200,22 @@ impl Run {
         };
         let earliest = earliest.max(self.wheel.now());
         for _stop in 0..=10 {
-            let at = self.wheel.next_expiration().expect("non-empty wheel has an expiration");
-            assert!(at <= earliest, "next_expiration {at} after earliest deadline {earliest}");
+            let at = self
+                .wheel
+                .next_expiration()
+                .expect("non-empty wheel has an expiration");
+            assert!(
+                at <= earliest,
+                "next_expiration {at} after earliest deadline {earliest}"
+            );
             if self.poll(at) > 0 {
                 assert_eq!(at, earliest, "first yield exactly at the earliest deadline");
                 return;
             }
-            assert!(self.wheel.next_expiration().expect("still non-empty") > at, "no progress");
+            assert!(
+                self.wheel.next_expiration().expect("still non-empty") > at,
+                "no progress"
+            );
         }
         panic!("more than 10 empty stops before the earliest entry at {earliest}");
     }
@@ -196,11 +224,17 @@ impl Run {
         assert_eq!(self.wheel.len(), self.reference.len());
         assert_eq!(self.wheel.is_empty(), self.reference.is_empty());
         let now = self.wheel.now();
-        match (self.wheel.next_expiration(), self.reference.first_key_value()) {
+        match (
+            self.wheel.next_expiration(),
+            self.reference.first_key_value(),
+        ) {
             (None, None) => {}
             (Some(at), Some((&(earliest, _), _))) => {
                 assert!(at >= now, "next_expiration {at} before now {now}");
-                assert!(at <= earliest.max(now), "next_expiration {at} after {earliest}");
+                assert!(
+                    at <= earliest.max(now),
+                    "next_expiration {at} after {earliest}"
+                );
             }
             (got, want) => panic!("next_expiration {got:?} but earliest entry {want:?}"),
         }
@@ -231,14 +265,46 @@ impl Run {
     fn finish(self) {
         let Run { wheel, drops, .. } = self;
         drop(wheel);
-        assert!(drops.borrow().iter().all(|&d| d == 1), "leak or double drop at the end");
+        assert!(
+            drops.borrow().iter().all(|&d| d == 1),
+            "leak or double drop at the end"
+        );
     }
 }
 
 fn config() -> ProptestConfig {
-    let cases = std::env::var("PROPTEST_CASES").ok().and_then(|s| s.parse().ok()).unwrap_or(256);
+    let cases = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(256);
     // No regression files: this test may only write its own source.
-    ProptestConfig { cases, failure_persistence: None, ..ProptestConfig::default() }
+    ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+/// Fewer, longer runs: crowded slots and long cascades.
+fn long_config() -> ProptestConfig {
+    let base = config();
+    ProptestConfig {
+        cases: (base.cases / 8).max(1),
+        ..base
+    }
+}
+
+proptest! {
+    #![proptest_config(long_config())]
+
+    #[test]
+    fn long_runs_match_the_reference(ops in prop::collection::vec(op(), 1..2000)) {
+        let mut run = Run::new();
+        for op in &ops {
+            run.step(op);
+        }
+        run.finish();
+    }
 }
 
 proptest! {

@@ -254,3 +254,17 @@ fn take_done<J: Job>(body: &mut Body<J>) -> Option<Result<J::Output, TaskError>>
         _ => None,
     }
 }
+
+#[cfg(all(test, not(loom), target_pointer_width = "64"))]
+mod size_tests {
+    use super::*;
+    use crate::task::OneShot;
+
+    /// A pending timer's task is one allocation: the `Arc`'s two counts plus this cell. Keep it
+    /// from growing unnoticed (W1 measures memory per pending timer).
+    #[test]
+    fn a_capture_less_task_cell_stays_small() {
+        assert_eq!(std::mem::size_of::<Header>(), 24);
+        assert!(std::mem::size_of::<TaskCell<OneShot<fn()>>>() <= 80);
+    }
+}
