@@ -250,7 +250,11 @@ impl LoomPool {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        crate::pool::submit::one_shot(&self.core, f, at.saturating_mul(TICK_NANOS))
+        let when = crate::pool::submit::When {
+            deadline: at.saturating_mul(TICK_NANOS),
+            now: self.core.timer.time.now_nanos(),
+        };
+        crate::pool::submit::one_shot(&self.core, f, when)
     }
 
     /// A fixed-delay task first due at tick `first`, re-armed `every` ticks after each run
@@ -270,7 +274,7 @@ impl LoomPool {
         let job = Periodic::new(Box::new(f) as PeriodicFn, plan, false);
         let cell = Arc::new(TaskCell::new(job, first.saturating_mul(TICK_NANOS)));
         let raw: TaskRef = cell.clone();
-        self.core.submit(raw)?;
+        self.core.submit(raw, self.core.timer.time.now_nanos())?;
         Ok(ScheduledFuture::new(cell, self.core.clone()))
     }
 

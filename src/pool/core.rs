@@ -7,7 +7,8 @@
 //!   shutdown path stores `lifecycle` before the driver reads `outstanding`. So either the
 //!   submitter sees the shutdown and backs out, or the driver sees the task and waits for it.
 //! - After `shutdown_now`'s sweep nobody drains the queues, so every push is followed by
-//!   `fence(SeqCst)` and a second look at `lifecycle`: if it reads `Stop`, the pusher tries to
+//!   `fence(SeqCst)` (the one in `Sleep::notify` or `Timer::submit`) and a second look at
+//!   `lifecycle`: if it reads `Stop`, the pusher tries to
 //!   stop the task itself. The task's CAS out of `SCHEDULED` decides who owns it: the sweep
 //!   (returned by `shutdown_now`), the pusher (the schedule fails with `Shutdown`), or a worker
 //!   that had already taken it (it runs). Exactly one of them.
@@ -16,7 +17,7 @@
 
 use super::worker::{self, WorkerSet};
 use crate::error::ScheduleError;
-use crate::sync::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Condvar, Mutex, Ordering};
 use crate::task::{
     drop_user, state, Cancelled, MissedTicks, PendingTask, RunEnv, RunOutcome, Stop, TaskRef,
 };
@@ -139,9 +140,10 @@ impl Core {
 
     /// Admits and routes a new task (deadline in its header). On error nothing is queued and
     /// the task (with its closure) is dropped by the caller.
-    pub(crate) fn submit(&self, task: TaskRef) -> Result<(), ScheduleError> {
+    /// `now` is the clock reading the task's deadline was computed from.
+    pub(crate) fn submit(&self, task: TaskRef, now: u64) -> Result<(), ScheduleError> {
         self.admit()?;
-        self.route(task.clone());
+        self.route(task.clone(), now);
         self.recheck_stop(&task)
     }
 
@@ -164,8 +166,8 @@ impl Core {
     }
 
     /// Due now: straight to a run queue (skipping the wheel). Later: to the timer thread.
-    fn route(&self, task: TaskRef) {
-        if task.header().deadline() <= self.timer.time.now_nanos() {
+    fn route(&self, task: TaskRef, now: u64) {
+        if task.header().deadline() <= now {
             self.push_ready(task);
         } else {
             self.timer.submit(task);
@@ -174,8 +176,9 @@ impl Core {
 
     /// After a push: if `shutdown_now` may have swept already, try to take the task back.
     fn recheck_stop(&self, task: &TaskRef) -> Result<(), ScheduleError> {
-        // SeqCst fence: pairs with the SeqCst lifecycle store in `shutdown_now` (ground rules).
-        fence(Ordering::SeqCst);
+        // Both push paths (`push_ready` through `Sleep::notify`, and `Timer::submit`) end with
+        // a SeqCst fence after the push, so this SeqCst load is ordered after the push: it pairs
+        // with the SeqCst lifecycle store in `shutdown_now` (ground rules).
         if self.lifecycle.load(Ordering::SeqCst) == STOP && self.stop_for_shutdown(task) {
             return Err(ScheduleError::Shutdown);
         }
@@ -230,7 +233,7 @@ impl Core {
                     self.completed.fetch_add(1, Ordering::Relaxed);
                 }
                 self.running.fetch_sub(1, Ordering::Relaxed);
-                self.route(task.clone());
+                self.route(task.clone(), self.timer.time.now_nanos());
                 // Err: stopped by shutdown_now after its run; `stop_for_shutdown` did the accounting.
                 let _ = self.recheck_stop(task);
             }

@@ -15,6 +15,14 @@
 //!   behind it wakes one more sleeper, so a backlog spreads without a broadcast.
 //! - Every change to `sleepers` and `num_sleeping` happens under `sleepers`' lock, so the count
 //!   never disagrees with the list for longer than a critical section.
+//! - A worker that has run out of work *searches* (spins over the queues) for a short while
+//!   before it sleeps, and says so in `searching`. A pusher that sees a searcher wakes nobody:
+//!   the searcher will find the task, which saves a futex wake per push under a steady stream.
+//!   This cannot lose a task: the searcher's last look happens after `fence(SeqCst)` in `sleep`,
+//!   which follows its decrement of `searching`; a pusher that still read it as searching did
+//!   so before that decrement, so its push is visible to that last look (fence-fence rule).
+//!   A searcher that finds work and was the last one searching wakes one sleeper, so work that
+//!   arrived while it searched does not wait for it to finish its task.
 //! - Each worker's `Parker` keeps one token: an unpark that lands between the announcement and the
 //!   park is not lost; a stale token costs one extra look for work.
 
@@ -27,6 +35,8 @@ pub(crate) struct Sleep {
     sleepers: Mutex<Vec<usize>>,
     /// `sleepers.len()`, readable without the lock.
     num_sleeping: AtomicUsize,
+    /// Workers spinning over the queues before they sleep.
+    searching: AtomicUsize,
     parkers: Box<[Parker]>,
 }
 
@@ -35,6 +45,7 @@ impl Sleep {
         Sleep {
             sleepers: Mutex::new(Vec::with_capacity(workers)),
             num_sleeping: AtomicUsize::new(0),
+            searching: AtomicUsize::new(0),
             parkers: (0..workers).map(|_| Parker::new()).collect(),
         }
     }
@@ -63,11 +74,24 @@ impl Sleep {
         }
     }
 
-    /// `n` tasks were just pushed: wake up to `n` sleepers. Returns how many it woke.
+    /// The calling worker starts searching for work before it sleeps.
+    pub(crate) fn start_searching(&self) {
+        self.searching.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The calling worker stops searching; true if it was the last searcher.
+    pub(crate) fn stop_searching(&self) -> bool {
+        // SeqCst: this decrement precedes the fence in `sleep` (ground rules).
+        self.searching.fetch_sub(1, Ordering::SeqCst) == 1
+    }
+
+    /// `n` tasks were just pushed: wake up to `n` sleepers, less one per worker already
+    /// searching. Returns how many it woke.
     pub(crate) fn notify(&self, n: usize) -> usize {
         // SeqCst fence: pairs with the fence in `sleep`; the pushed tasks are visible before we
-        // read `num_sleeping`.
+        // read `searching` and `num_sleeping`.
         fence(Ordering::SeqCst);
+        let n = n.saturating_sub(self.searching.load(Ordering::Relaxed));
         if n == 0 || self.num_sleeping.load(Ordering::Relaxed) == 0 {
             return 0;
         }

@@ -10,31 +10,50 @@ use crate::task::{OneShot, PeriodicOptions, TaskCell, TaskRef};
 use crate::timer::duration_nanos;
 use std::time::{Duration, Instant};
 
-/// Deadline (nanoseconds since the pool's origin) `delay` from now.
-pub(crate) fn after(core: &Core, delay: Duration) -> u64 {
-    core.timer
-        .time
-        .now_nanos()
-        .saturating_add(duration_nanos(delay))
+/// When a task is due, and the clock reading it was computed from (both in nanoseconds since
+/// the pool's origin): one clock read per schedule call.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct When {
+    pub(crate) deadline: u64,
+    pub(crate) now: u64,
 }
 
-/// Deadline of `at` on the pool's time line (an instant in the past is due now).
-pub(crate) fn at(core: &Core, at: Instant) -> u64 {
-    core.timer.time.nanos_of(at)
+/// Due `delay` from now.
+pub(crate) fn after(core: &Core, delay: Duration) -> When {
+    let now = core.timer.time.now_nanos();
+    When {
+        deadline: now.saturating_add(duration_nanos(delay)),
+        now,
+    }
 }
+
+/// Due at `at` on the pool's time line (an instant in the past is due now).
+pub(crate) fn at(core: &Core, at: Instant) -> When {
+    let time = &core.timer.time;
+    When {
+        deadline: time.nanos_of(at),
+        now: time.now_nanos(),
+    }
+}
+
+/// Due at once (`execute`): no clock read needed.
+const NOW: When = When {
+    deadline: 0,
+    now: 0,
+};
 
 pub(crate) fn one_shot<F, T>(
     core: &Arc<Core>,
     f: F,
-    deadline: u64,
+    when: When,
 ) -> Result<ScheduledFuture<T>, ScheduleError>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let cell = Arc::new(TaskCell::new(OneShot::new(f), deadline));
+    let cell = Arc::new(TaskCell::new(OneShot::new(f), when.deadline));
     let raw: TaskRef = cell.clone();
-    core.submit(raw)?;
+    core.submit(raw, when.now)?;
     Ok(ScheduledFuture::new(cell, core.clone()))
 }
 
@@ -42,7 +61,10 @@ pub(crate) fn execute<F>(core: &Arc<Core>, f: F) -> Result<(), ScheduleError>
 where
     F: FnOnce() + Send + 'static,
 {
-    core.submit(Arc::new(TaskCell::new(OneShot::new(f), 0)))
+    core.submit(
+        Arc::new(TaskCell::new(OneShot::new(f), NOW.deadline)),
+        NOW.now,
+    )
 }
 
 /// Which kind of periodic task.
@@ -66,7 +88,7 @@ where
     let plan = match every {
         Every::Rate(period) if !period.is_zero() => Plan::Rate {
             period: duration_nanos(period),
-            planned: first,
+            planned: first.deadline,
             missed: opts.missed_ticks_policy().unwrap_or(core.missed_ticks),
         },
         Every::Delay(delay) if !delay.is_zero() => Plan::Delay {
@@ -76,10 +98,10 @@ where
     };
     let cell = Arc::new(TaskCell::new(
         Periodic::new(f, plan, opts.survives_panics()),
-        first,
+        first.deadline,
     ));
     let raw: TaskRef = cell.clone();
-    core.submit(raw)?;
+    core.submit(raw, first.now)?;
     Ok(ScheduledFuture::new(cell, core.clone()))
 }
 
@@ -142,8 +164,8 @@ macro_rules! scheduling_methods {
             T: Send + 'static,
         {
             self.with_core(|core| {
-                let deadline = $crate::pool::submit::after(core, delay);
-                $crate::pool::submit::one_shot(core, f, deadline)
+                let when = $crate::pool::submit::after(core, delay);
+                $crate::pool::submit::one_shot(core, f, when)
             })
         }
 
@@ -175,8 +197,8 @@ macro_rules! scheduling_methods {
             T: Send + 'static,
         {
             self.with_core(|core| {
-                let deadline = $crate::pool::submit::at(core, at);
-                $crate::pool::submit::one_shot(core, f, deadline)
+                let when = $crate::pool::submit::at(core, at);
+                $crate::pool::submit::one_shot(core, f, when)
             })
         }
 

@@ -126,7 +126,14 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
         if core.worker_should_exit() {
             break;
         }
-        if let Some(task) = spin_for_work(&core, index) {
+        let sleep = &core.workers.sleep;
+        sleep.start_searching();
+        let found = spin_for_work(&core, index);
+        let last_searcher = sleep.stop_searching();
+        if let Some(task) = found {
+            if last_searcher {
+                sleep.notify(1); // pushes may have skipped waking anyone while we searched
+            }
             run_and_release(&core, task);
             continue;
         }
