@@ -109,6 +109,7 @@ enum BuildErrorKind {
     ZeroThreads,
     ZeroTick,
     ZeroMaxPending,
+    ThreadNameHasNul,
     Spawn(std::io::Error),
 }
 
@@ -128,18 +129,71 @@ impl BuildError {
             kind: BuildErrorKind::ZeroMaxPending,
         }
     }
+    pub(crate) fn thread_name_has_nul() -> Self {
+        BuildError {
+            kind: BuildErrorKind::ThreadNameHasNul,
+        }
+    }
     pub(crate) fn spawn(err: std::io::Error) -> Self {
         BuildError {
             kind: BuildErrorKind::Spawn(err),
         }
     }
 
-    /// True when a builder setting was out of range (zero threads, zero tick, zero max_pending).
+    /// True when a builder setting was out of range (zero threads, zero tick, zero max_pending,
+    /// a thread name with a NUL byte).
+    /// Retrying with the same settings fails the same way: fix the setting the message names.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ScheduledThreadPool;
+    /// use std::time::Duration;
+    ///
+    /// for err in [
+    ///     ScheduledThreadPool::builder().threads(0).build().unwrap_err(),
+    ///     ScheduledThreadPool::builder().tick(Duration::ZERO).build().unwrap_err(),
+    ///     ScheduledThreadPool::builder().threads(1).max_pending(0).build().unwrap_err(),
+    /// ] {
+    ///     assert!(err.is_invalid_config());
+    ///     assert!(!err.is_spawn_failure());
+    /// }
+    /// ```
     pub fn is_invalid_config(&self) -> bool {
-        !self.is_spawn_failure()
+        matches!(
+            self.kind,
+            BuildErrorKind::ZeroThreads
+                | BuildErrorKind::ZeroTick
+                | BuildErrorKind::ZeroMaxPending
+                | BuildErrorKind::ThreadNameHasNul
+        )
     }
 
-    /// True when the operating system refused to start a thread.
+    /// True when the operating system refused to start a thread. The underlying
+    /// [`std::io::Error`] is the error's [`source`](std::error::Error::source); the settings
+    /// were fine, so building again later (with fewer threads, or once resources are freed) may
+    /// succeed.
+    ///
+    /// # Examples
+    ///
+    /// A configuration error is not a spawn failure and has no source:
+    ///
+    /// ```
+    /// use std::error::Error;
+    /// use wheelpool::ScheduledThreadPool;
+    ///
+    /// let err = ScheduledThreadPool::builder().threads(0).build().unwrap_err();
+    /// assert!(!err.is_spawn_failure());
+    /// assert!(err.source().is_none());
+    ///
+    /// // Typical handling: a spawn failure is worth a retry, a bad setting is not.
+    /// let pool = match ScheduledThreadPool::builder().threads(1).build() {
+    ///     Ok(pool) => pool,
+    ///     Err(e) if e.is_spawn_failure() => ScheduledThreadPool::builder().threads(1).build().unwrap(),
+    ///     Err(e) => panic!("bad pool settings: {e}"),
+    /// };
+    /// assert!(!pool.is_shutdown());
+    /// ```
     pub fn is_spawn_failure(&self) -> bool {
         matches!(self.kind, BuildErrorKind::Spawn(_))
     }
@@ -153,6 +207,9 @@ impl fmt::Display for BuildError {
             BuildErrorKind::ZeroMaxPending => {
                 f.write_str("max_pending must be at least 1 (leave it unset for no bound)")
             }
+            BuildErrorKind::ThreadNameHasNul => f.write_str(
+                "thread_name must not contain a NUL byte (the OS cannot name a thread so)",
+            ),
             BuildErrorKind::Spawn(e) => write!(f, "could not start a pool thread: {e}"),
         }
     }

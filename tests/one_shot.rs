@@ -388,3 +388,15 @@ fn a_refused_schedule_drops_its_closure() {
         "the refused closure was dropped, not kept"
     );
 }
+
+#[test]
+fn a_thread_name_with_a_nul_byte_is_a_typed_build_error() {
+    let err = ScheduledThreadPool::builder()
+        .threads(1)
+        .thread_name("bad\0name")
+        .build()
+        .unwrap_err();
+    assert!(err.is_invalid_config());
+    assert!(!err.is_spawn_failure());
+    assert!(err.to_string().contains("NUL"));
+}

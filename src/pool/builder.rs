@@ -55,7 +55,21 @@ pub struct Builder {
 
 impl Builder {
     /// The defaults: one worker per CPU, names `wheelpool-worker-N`, 1 ms tick, no bound on
-    /// pending tasks, no panic handler, the system clock, `MissedTicks::Burst`.
+    /// pending tasks, no panic handler, the system clock, `MissedTicks::Burst`. Same as
+    /// [`ScheduledThreadPool::builder`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::Builder;
+    /// use std::time::Duration;
+    ///
+    /// let pool = Builder::new().threads(1).build().unwrap();
+    /// let name = pool
+    ///     .schedule(|| std::thread::current().name().map(String::from), Duration::ZERO)
+    ///     .unwrap();
+    /// assert_eq!(name.join(), Ok(Some("wheelpool-worker-0".to_owned())));
+    /// ```
     pub fn new() -> Self {
         Builder {
             threads: None,
@@ -69,6 +83,32 @@ impl Builder {
     }
 
     /// Number of worker threads (at least 1; `build` refuses 0). The timer thread is extra.
+    ///
+    /// # Examples
+    ///
+    /// Two workers run two tasks at the same time: each task waits for the other to start.
+    ///
+    /// ```
+    /// use wheelpool::ScheduledThreadPool;
+    /// use std::sync::mpsc;
+    /// use std::time::Duration;
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(2).build().unwrap();
+    /// let (to_b, from_a) = mpsc::channel();
+    /// let (to_a, from_b) = mpsc::channel();
+    /// let wait = Duration::from_secs(30); // only reached if the two never overlap
+    /// let a = pool
+    ///     .schedule(move || { to_b.send(()).unwrap(); from_b.recv_timeout(wait).is_ok() }, Duration::ZERO)
+    ///     .unwrap();
+    /// let b = pool
+    ///     .schedule(move || { to_a.send(()).unwrap(); from_a.recv_timeout(wait).is_ok() }, Duration::ZERO)
+    ///     .unwrap();
+    /// assert_eq!(a.join(), Ok(true));
+    /// assert_eq!(b.join(), Ok(true));
+    ///
+    /// let err = ScheduledThreadPool::builder().threads(0).build().unwrap_err();
+    /// assert!(err.is_invalid_config());
+    /// ```
     pub fn threads(mut self, n: usize) -> Self {
         self.threads = Some(n);
         self
@@ -76,6 +116,19 @@ impl Builder {
 
     /// Prefix of thread names: workers are `PREFIX-0`, `PREFIX-1`, ...; the timer thread is
     /// `PREFIX-timer`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ScheduledThreadPool;
+    /// use std::time::Duration;
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(1).thread_name("ticker").build().unwrap();
+    /// let name = pool
+    ///     .schedule(|| std::thread::current().name().map(String::from), Duration::ZERO)
+    ///     .unwrap();
+    /// assert_eq!(name.join(), Ok(Some("ticker-0".to_owned())));
+    /// ```
     pub fn thread_name(mut self, prefix: impl Into<String>) -> Self {
         self.name = prefix.into();
         self
@@ -83,6 +136,33 @@ impl Builder {
 
     /// The wheel's tick (greater than zero; `build` refuses zero). Deadlines round up to it:
     /// a finer tick lowers lateness and costs more timer-thread wake-ups under load.
+    ///
+    /// # Examples
+    ///
+    /// With a 10 ms tick, a 1 ms delay waits for the first tick boundary, at 10 ms:
+    ///
+    /// ```
+    /// use wheelpool::{ManualClock, ScheduledThreadPool};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let start = clock.now();
+    /// let pool = ScheduledThreadPool::builder()
+    ///     .threads(1)
+    ///     .tick(Duration::from_millis(10))
+    ///     .clock(clock.clone())
+    ///     .build()
+    ///     .unwrap();
+    /// let c = clock.clone();
+    /// let f = pool.schedule(move || c.now() - start, Duration::from_millis(1)).unwrap();
+    /// clock.advance(Duration::from_millis(5));
+    /// assert!(!f.is_done(), "rounded up to the 10 ms tick, not run at 1 ms");
+    /// clock.advance(Duration::from_millis(5));
+    /// assert_eq!(f.join(), Ok(Duration::from_millis(10)));
+    ///
+    /// let err = ScheduledThreadPool::builder().tick(Duration::ZERO).build().unwrap_err();
+    /// assert!(err.is_invalid_config());
+    /// ```
     pub fn tick(mut self, tick: Duration) -> Self {
         self.tick = tick;
         self
@@ -91,6 +171,24 @@ impl Builder {
     /// At most `n` tasks waiting to run; past it, scheduling fails with
     /// [`ScheduleError::Saturated`](crate::ScheduleError::Saturated). Periodic tasks already
     /// admitted are never refused a re-arm.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::{ScheduleError, ScheduledThreadPool};
+    /// use std::time::Duration;
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(1).max_pending(2).build().unwrap();
+    /// let hour = Duration::from_secs(3600);
+    /// let first = pool.schedule(|| 1, hour).unwrap();
+    /// let _second = pool.schedule(|| 2, hour).unwrap();
+    /// assert_eq!(
+    ///     pool.schedule(|| 3, hour).unwrap_err(),
+    ///     ScheduleError::Saturated { max_pending: 2 }
+    /// );
+    /// assert!(first.cancel()); // frees a place at once
+    /// assert!(pool.schedule(|| 3, hour).is_ok());
+    /// ```
     pub fn max_pending(mut self, n: usize) -> Self {
         self.max_pending = Some(n);
         self
@@ -98,6 +196,27 @@ impl Builder {
 
     /// Called with the payload of every panic in a task (also panics that end a future as
     /// `Panicked`). It runs on the worker; a panic inside the handler is caught and dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::{ScheduledThreadPool, TaskError};
+    /// use std::sync::mpsc;
+    /// use std::time::Duration;
+    ///
+    /// let (tx, rx) = mpsc::channel();
+    /// let pool = ScheduledThreadPool::builder()
+    ///     .threads(1)
+    ///     .panic_handler(move |payload| {
+    ///         let msg = payload.downcast_ref::<&str>().copied().unwrap_or("?");
+    ///         tx.send(msg.to_owned()).unwrap();
+    ///     })
+    ///     .build()
+    ///     .unwrap();
+    /// let f = pool.schedule(|| -> u32 { panic!("boom") }, Duration::ZERO).unwrap();
+    /// assert_eq!(f.join(), Err(TaskError::Panicked("boom".to_owned())));
+    /// assert_eq!(rx.recv_timeout(Duration::from_secs(30)).unwrap(), "boom");
+    /// ```
     pub fn panic_handler<H>(mut self, handler: H) -> Self
     where
         H: Fn(Box<dyn Any + Send>) + Send + Sync + 'static,
@@ -107,23 +226,99 @@ impl Builder {
     }
 
     /// Measures time on `clock` instead of the system clock (for tests: see [`ManualClock`]).
+    ///
+    /// # Examples
+    ///
+    /// An hour passes in no time:
+    ///
+    /// ```
+    /// use wheelpool::{ManualClock, ScheduledThreadPool};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let pool = ScheduledThreadPool::builder().threads(1).clock(clock.clone()).build().unwrap();
+    /// let f = pool.schedule(|| "an hour later", Duration::from_secs(3600)).unwrap();
+    /// clock.advance(Duration::from_secs(3599));
+    /// assert!(!f.is_done());
+    /// clock.advance(Duration::from_secs(1));
+    /// assert!(f.is_done());
+    /// assert_eq!(f.join(), Ok("an hour later"));
+    /// ```
     pub fn clock(mut self, clock: ManualClock) -> Self {
         self.clock = Some(clock);
         self
     }
 
-    /// The pool's default [`MissedTicks`] policy for fixed-rate tasks.
+    /// The pool's default [`MissedTicks`] policy for fixed-rate tasks. A task can override it
+    /// with [`PeriodicOptions::missed_ticks`](crate::PeriodicOptions::missed_ticks).
+    ///
+    /// # Examples
+    ///
+    /// Period 10 ms, first run at 10 ms; that run overruns to 45 ms (it moves the clock
+    /// itself). `Burst` replays the missed 20, 30 and 40 ms runs at once, `Skip` waits for the
+    /// 50 ms slot, `Delay` re-bases the grid and waits until 55 ms:
+    ///
+    /// ```
+    /// use wheelpool::{ManualClock, MissedTicks, ScheduledThreadPool};
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// // Runs counted at 45 ms (just after the overrun) and at 50 ms.
+    /// fn runs_with(policy: MissedTicks) -> (usize, usize) {
+    ///     let ms = Duration::from_millis;
+    ///     let clock = ManualClock::new();
+    ///     let pool = ScheduledThreadPool::builder()
+    ///         .threads(1)
+    ///         .clock(clock.clone())
+    ///         .missed_ticks(policy)
+    ///         .build()
+    ///         .unwrap();
+    ///     let runs = Arc::new(AtomicUsize::new(0));
+    ///     let (r, c) = (runs.clone(), clock.clone());
+    ///     let task = move || {
+    ///         if r.fetch_add(1, Ordering::SeqCst) == 0 {
+    ///             c.advance(ms(35)); // the first run "takes" 35 ms
+    ///         }
+    ///     };
+    ///     let _beat = pool.schedule_at_fixed_rate(task, ms(10), ms(10)).unwrap();
+    ///     clock.advance(ms(10)); // the first run, and whatever became due during it
+    ///     let at_45 = runs.load(Ordering::SeqCst);
+    ///     clock.advance(ms(5));
+    ///     (at_45, runs.load(Ordering::SeqCst))
+    /// }
+    ///
+    /// assert_eq!(runs_with(MissedTicks::Burst), (4, 5)); // 10, 20, 30, 40, then 50
+    /// assert_eq!(runs_with(MissedTicks::Skip), (1, 2)); // 10, then 50
+    /// assert_eq!(runs_with(MissedTicks::Delay), (1, 1)); // 10, then 55
+    /// ```
     pub fn missed_ticks(mut self, policy: MissedTicks) -> Self {
         self.missed_ticks = policy;
         self
     }
 
-    /// Starts the timer thread and the workers.
+    /// Starts the timer thread and the workers and returns the running pool; it blocks only
+    /// while the threads are spawned.
     ///
     /// # Errors
     ///
     /// A [`BuildError`] for zero threads, a zero tick or a zero `max_pending`, or when a thread
     /// cannot be started (the threads already started are stopped and joined first).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::{BuildError, ScheduledThreadPool};
+    /// use std::time::Duration;
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(2).build()?;
+    /// assert_eq!(pool.schedule(|| 6 * 7, Duration::ZERO).unwrap().join(), Ok(42));
+    ///
+    /// let err = ScheduledThreadPool::builder().threads(0).build().unwrap_err();
+    /// assert!(err.is_invalid_config());
+    /// assert_eq!(err.to_string(), "threads must be at least 1");
+    /// # Ok::<(), BuildError>(())
+    /// ```
     pub fn build(self) -> Result<ScheduledThreadPool, BuildError> {
         let threads = self.threads.unwrap_or_else(num_cpus::get);
         if threads == 0 {
@@ -134,6 +329,9 @@ impl Builder {
         }
         if self.max_pending == Some(0) {
             return Err(BuildError::zero_max_pending());
+        }
+        if self.name.contains('\0') {
+            return Err(BuildError::thread_name_has_nul());
         }
         let clock = match &self.clock {
             Some(c) => Clock::Manual(c.clone()),

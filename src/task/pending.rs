@@ -43,11 +43,48 @@ impl PendingTask {
     /// # Panics
     ///
     /// Propagates a panic of the closure: this runs user code on the caller's thread.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::{ScheduledThreadPool, TaskError};
+    /// use std::sync::mpsc;
+    /// use std::time::Duration;
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+    /// let (tx, rx) = mpsc::channel();
+    /// let f = pool
+    ///     .schedule(move || tx.send(std::thread::current().id()).unwrap(), Duration::from_secs(3600))
+    ///     .unwrap();
+    /// let mut pending = pool.shutdown_now();
+    /// assert_eq!(pending.len(), 1);
+    /// assert!(rx.try_recv().is_err(), "not run yet");
+    ///
+    /// pending.pop().unwrap().run();
+    /// assert_eq!(rx.try_recv(), Ok(std::thread::current().id())); // ran here, at once
+    /// assert_eq!(f.join(), Err(TaskError::Cancelled)); // the future does not see the run
+    /// ```
     pub fn run(self) {
         (self.run)()
     }
 
     /// True if this was a fixed-rate or fixed-delay task.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ScheduledThreadPool;
+    /// use std::time::Duration;
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+    /// let hour = Duration::from_secs(3600);
+    /// let _once = pool.schedule(|| (), hour).unwrap();
+    /// let _rate = pool.schedule_at_fixed_rate(|| (), hour, hour).unwrap();
+    /// let _delay = pool.schedule_with_fixed_delay(|| (), hour, hour).unwrap();
+    /// let pending = pool.shutdown_now();
+    /// assert_eq!(pending.len(), 3);
+    /// assert_eq!(pending.iter().filter(|t| t.is_periodic()).count(), 2);
+    /// ```
     pub fn is_periodic(&self) -> bool {
         self.periodic
     }

@@ -70,6 +70,18 @@ pub(crate) fn mark_pool_thread() {
 
 impl ManualClock {
     /// A clock standing at the moment it was created.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ManualClock;
+    /// use std::time::Instant;
+    ///
+    /// let before = Instant::now();
+    /// let clock = ManualClock::new();
+    /// let after = Instant::now();
+    /// assert!(before <= clock.now() && clock.now() <= after);
+    /// ```
     pub fn new() -> Self {
         ManualClock {
             inner: Arc::new(ManualInner {
@@ -81,7 +93,22 @@ impl ManualClock {
         }
     }
 
-    /// The clock's current time.
+    /// The clock's current time: where it was created plus every
+    /// [`advance`](ManualClock::advance) so far. Clones share one time line.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ManualClock;
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let start = clock.now();
+    /// assert_eq!(clock.now(), start, "time stands still");
+    /// let other = clock.clone();
+    /// other.advance(Duration::from_millis(5));
+    /// assert_eq!(clock.now() - start, Duration::from_millis(5));
+    /// ```
     pub fn now(&self) -> Instant {
         add_nanos(self.inner.base, self.inner.offset.load(Ordering::Acquire))
     }
@@ -96,6 +123,38 @@ impl ManualClock {
     /// Called from inside a task running on a pool thread, `advance` only moves the time (it
     /// cannot wait for the pool it runs on); the outer `advance` then carries on from the new
     /// time. Total time saturates some 584 years after the clock was created.
+    ///
+    /// # Examples
+    ///
+    /// Three one-shots due at 10, 20 and 30 ms; advancing by 25 ms runs exactly the first
+    /// two, each seeing the clock at its own deadline:
+    ///
+    /// ```
+    /// use wheelpool::{ManualClock, ScheduledThreadPool};
+    /// use std::time::Duration;
+    ///
+    /// let ms = Duration::from_millis;
+    /// let clock = ManualClock::new();
+    /// let start = clock.now();
+    /// let pool = ScheduledThreadPool::builder().threads(2).clock(clock.clone()).build().unwrap();
+    /// // Each task returns the clock's reading when it runs.
+    /// let at = |t: u64| {
+    ///     let c = clock.clone();
+    ///     pool.schedule(move || c.now() - start, ms(t)).unwrap()
+    /// };
+    /// let (t10, t20, t30) = (at(10), at(20), at(30));
+    ///
+    /// clock.advance(ms(25)); // returns once the 10 and 20 ms tasks have run
+    /// assert_eq!(clock.now() - start, ms(25));
+    /// assert!(t10.is_done() && t20.is_done());
+    /// assert!(!t30.is_done());
+    /// assert_eq!(t10.join(), Ok(ms(10)));
+    /// assert_eq!(t20.join(), Ok(ms(20)));
+    ///
+    /// clock.advance(ms(5));
+    /// assert!(t30.is_done());
+    /// assert_eq!(t30.join(), Ok(ms(30)));
+    /// ```
     pub fn advance(&self, by: Duration) {
         let by = duration_nanos(by);
         if ON_POOL_THREAD.with(|c| c.get()) {
