@@ -371,7 +371,7 @@ pub struct ModelDriver {
 impl fmt::Debug for ModelDriver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ModelDriver")
-            .field("wheel", &self.driver.wheel)
+            .field("wheel", &*self.driver.wheel())
             .finish_non_exhaustive()
     }
 }
@@ -382,36 +382,37 @@ impl ModelDriver {
         self.driver.mark_awake();
     }
 
-    /// Drains submissions into the wheel (`place`), then unlinks cancelled entries.
-    pub fn drain(&mut self) {
-        self.driver.drain_submissions(Lifecycle::Running);
-        self.driver.drain_cancels();
+    /// The locked part of a pass (`Driver::bookkeeping`): submissions into the wheel
+    /// (`place`), cancelled entries out, due entries polled at the real (hour-tick) time, and
+    /// the next expiration announced as the sleep tick under the wheel's lock. Returns it.
+    pub fn drain(&mut self) -> Option<u64> {
+        self.driver.bookkeeping(Lifecycle::Running)
     }
 
     /// Polls the wheel at tick `now` and hands what is due to the workers.
     pub fn expire(&mut self, now: u64) -> usize {
         let mut due = Vec::new();
-        self.driver.wheel.poll_expired(now, &mut due);
+        self.driver.wheel().poll_expired(now, &mut due);
         due.retain(|t| t.header().state.load() == state::SCHEDULED);
         let n = due.len();
         self.core.push_batch(&mut due);
         n
     }
 
-    /// Goes to sleep until the wheel's next expiration (`Driver::sleep`: `prepare_sleep`, then
-    /// park unless it found work). Under loom the park has no time limit: only an unpark (or a
-    /// token left by one) ends it.
-    pub fn sleep(&self) {
-        self.driver.sleep(self.driver.wheel.next_expiration());
+    /// Goes to sleep until tick `next`, as returned by the pass's `drain` (`Driver::sleep`:
+    /// `prepare_sleep`, then park unless it found work). Under loom the park has no time limit:
+    /// only an unpark (or a token left by one) ends it.
+    pub fn sleep(&self, next: Option<u64>) {
+        self.driver.sleep(next);
     }
 
     /// The wheel's next expiration tick (`Wheel::next_expiration`).
     pub fn next_expiration(&self) -> Option<u64> {
-        self.driver.wheel.next_expiration()
+        self.driver.wheel().next_expiration()
     }
 
     /// Entries in the wheel.
     pub fn wheel_len(&self) -> usize {
-        self.driver.wheel.len()
+        self.driver.wheel().len()
     }
 }

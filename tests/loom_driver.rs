@@ -6,8 +6,10 @@
 //! unseen and no unpark token. Nothing else would ever wake it, so loom reports a deadlock.
 //!
 //! The driver thread runs the passes of `Driver::run` that matter here: `mark_awake` (the
-//! `sleep_until = AWAKE` at the top of a pass), drain the submissions into the wheel, and
-//! `sleep` until the wheel's next expiration. It stops once the earliest submitted deadline is
+//! `sleep_until = AWAKE` at the top of a pass), the locked bookkeeping (drain the submissions
+//! into the wheel, compute the next expiration and announce it under the wheel's lock), and
+//! `sleep` until that expiration. Producers use both paths: a direct insert when they win the
+//! wheel's `try_lock`, the submission queue when the driver holds the lock. It stops once the earliest submitted deadline is
 //! the wheel's next expiration: from then on its real (timed) park would wake in time for every
 //! other entry, submitted or not yet drained, whose deadline is later.
 
@@ -25,11 +27,11 @@ use wheelpool::loom_api::{LoomPool, ModelDriver};
 fn drive_until(mut driver: ModelDriver, earliest: u64) -> usize {
     for pass in 1..=4 {
         driver.mark_awake();
-        driver.drain();
-        if driver.next_expiration() == Some(earliest) {
+        let next = driver.drain();
+        if next == Some(earliest) {
             return pass;
         }
-        driver.sleep();
+        driver.sleep(next);
     }
     panic!("the driver made 4 passes without seeing the submission");
 }

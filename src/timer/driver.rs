@@ -7,14 +7,14 @@
 
 use super::{Timer, AWAKE, CANCEL_BATCH};
 use crate::pool::{Core, Lifecycle};
-use crate::sync::{fence, Arc, Ordering, Steal};
+use crate::sync::{fence, Arc, MutexGuard, Ordering, Steal};
 use crate::task::{state, PendingTask, TaskRef};
-use crate::wheel::{Key, Wheel};
+use crate::wheel::Wheel;
 
-/// The timer thread's own state.
+/// The timer thread's own state. The wheel itself lives in `Timer::wheel`, under a lock the
+/// driver holds for the bookkeeping part of each pass.
 pub(crate) struct Driver {
     core: Arc<Core>,
-    pub(crate) wheel: Wheel<TaskRef>,
     /// Scratch space for due tasks, reused across passes.
     due: Vec<TaskRef>,
     /// Periodic tasks in the wheel have been stopped for a graceful shutdown.
@@ -31,7 +31,6 @@ impl Driver {
     pub(crate) fn new(core: Arc<Core>) -> Self {
         Driver {
             core,
-            wheel: Wheel::new(),
             due: Vec::new(),
             swept_for_shutdown: false,
         }
@@ -39,6 +38,12 @@ impl Driver {
 
     fn timer(&self) -> &Timer {
         &self.core.timer
+    }
+
+    /// The wheel, locked (for the loom models, which step a pass by hand).
+    #[cfg_attr(not(loom), allow(dead_code))]
+    pub(crate) fn wheel(&self) -> MutexGuard<'_, Wheel<TaskRef>> {
+        self.core.timer.wheel.lock()
     }
 
     fn run(&mut self) {
@@ -51,26 +56,45 @@ impl Driver {
                 break;
             }
             let drained = self.settle_submitted();
-            self.drain_submissions(life);
-            self.drain_cancels();
-            if life == Lifecycle::Shutdown && !self.swept_for_shutdown {
-                self.sweep_periodic();
-            }
-            let now = self.timer().time.tick_floor(self.timer().time.now_nanos());
-            self.wheel.poll_expired(now, &mut self.due);
+            let next = self.bookkeeping(life);
             let dispatched = self.dispatch();
             if life == Lifecycle::Shutdown && self.core.outstanding() == 0 {
                 break;
             }
-            let next = self.wheel.next_expiration();
             self.settle_report(settle_req, dispatched, drained, next);
             self.sleep(next);
         }
     }
 
+    /// The locked part of a pass: queues into the wheel, expired entries out, and the sleep tick
+    /// announced before the lock is released. Returns the wheel's next expiration.
+    pub(crate) fn bookkeeping(&mut self, life: Lifecycle) -> Option<u64> {
+        let core = self.core.clone();
+        let mut wheel = core.timer.wheel.lock();
+        self.drain_into(&mut wheel, life);
+        if life == Lifecycle::Shutdown && !self.swept_for_shutdown {
+            self.sweep_periodic(&mut wheel);
+        }
+        let now = core.timer.time.tick_floor(core.timer.time.now_nanos());
+        wheel.poll_expired(now, &mut self.due);
+        let next = wheel.next_expiration();
+        // Under the lock: a producer that inserts directly after we unlock reads this tick and
+        // wakes us if its deadline is earlier (ground rules in timer/mod.rs).
+        self.announce(next);
+        next
+    }
+
     /// Starts a pass: the driver is awake, so no producer needs to wake it.
     pub(crate) fn mark_awake(&self) {
         self.timer().sleep_until.store(AWAKE, Ordering::Relaxed);
+    }
+
+    /// Publishes the tick the driver will sleep until.
+    pub(crate) fn announce(&self, next: Option<u64>) {
+        // A next tick of 0 would read as AWAKE; it cannot happen after polling at now >= 0, but
+        // clamp so a producer's comparison stays meaningful.
+        let tick = next.unwrap_or(u64::MAX).max(AWAKE + 1);
+        self.timer().sleep_until.store(tick, Ordering::Relaxed);
     }
 
     /// Parks until the wheel tick `next` (`None`: no time limit), a wake-up, or an earlier
@@ -91,71 +115,64 @@ impl Driver {
     /// Announces the sleep tick and re-checks the queues; false if the driver must not park.
     fn prepare_sleep(&self, next: Option<u64>) -> bool {
         let timer = self.timer();
-        // A next tick of 0 would read as AWAKE; it cannot happen after polling at now >= 0, but
-        // clamp so a producer's comparison stays meaningful.
-        let tick = next.unwrap_or(u64::MAX).max(AWAKE + 1);
-        timer.sleep_until.store(tick, Ordering::Relaxed);
+        self.announce(next);
         // SeqCst fence: pairs with the fence in `Timer::submit` (ground rules in timer/mod.rs).
         fence(Ordering::SeqCst);
         timer.submissions.is_empty() && timer.cancels_queued.load(Ordering::Relaxed) < CANCEL_BATCH
     }
 
-    pub(crate) fn drain_submissions(&mut self, life: Lifecycle) {
+    /// Locks the wheel and drains both queues into it (a model steps this on its own).
+    #[cfg_attr(not(loom), allow(dead_code))]
+    pub(crate) fn drain(&mut self, life: Lifecycle) {
         let core = self.core.clone();
-        drain_queue(&core.timer.submissions, |task| self.place(task, life));
+        let mut wheel = core.timer.wheel.lock();
+        self.drain_into(&mut wheel, life);
     }
 
-    /// Puts a submitted task in the wheel, unless it was cancelled on its way here.
-    fn place(&mut self, task: TaskRef, life: Lifecycle) {
-        let header = task.header();
-        if header.state.load() != state::SCHEDULED {
-            return; // cancelled in transit: the canceller has accounted for it
+    /// Submissions into the wheel, then cancels out of it.
+    fn drain_into(&mut self, wheel: &mut Wheel<TaskRef>, life: Lifecycle) {
+        let core = self.core.clone();
+        if life != Lifecycle::Running {
+            core.timer.close_direct(wheel);
         }
+        drain_queue(&core.timer.submissions, |task| {
+            self.place(wheel, task, life)
+        });
+        let mut drained = 0;
+        drain_queue(&core.timer.cancels, |task| {
+            drained += 1;
+            drop(super::unlink(wheel, &task));
+        });
+        if drained > 0 {
+            core.timer
+                .cancels_queued
+                .fetch_sub(drained, Ordering::Relaxed);
+        }
+    }
+
+    /// Puts a submitted task in the wheel, unless it was cancelled on its way here or it is a
+    /// periodic task arriving after a shutdown.
+    fn place(&mut self, wheel: &mut Wheel<TaskRef>, task: TaskRef, life: Lifecycle) {
+        let header = task.header();
         if life == Lifecycle::Shutdown && header.is_periodic() {
             self.core.stop_for_shutdown(&task);
             return;
         }
         let tick = self.timer().time.tick_ceil(header.deadline());
-        let key = self.wheel.insert(tick, task.clone());
-        // If a cancel wins after the state check above, it queues the task on `cancels` after
-        // its CAS, so the next `drain_cancels` sees this key and unlinks it.
-        task.header().set_wheel_key(key.to_u64());
-    }
-
-    pub(crate) fn drain_cancels(&mut self) {
-        let mut drained = 0;
-        let mut removed = false;
-        let core = self.core.clone();
-        drain_queue(&core.timer.cancels, |task| {
-            drained += 1;
-            let key = task.header().wheel_key();
-            if key != crate::task::NO_KEY {
-                task.header().set_wheel_key(crate::task::NO_KEY);
-                removed |= self.wheel.remove(Key::from_u64(key)).is_some();
-            }
-        });
-        if drained > 0 {
-            self.timer()
-                .cancels_queued
-                .fetch_sub(drained, Ordering::Relaxed);
-        }
-        if removed && self.wheel.is_empty() {
-            self.wheel.shrink_to_fit();
-        }
+        super::insert_unless_cancelled(wheel, tick, &task);
     }
 
     /// Graceful shutdown: periodic tasks waiting in the wheel stop now; one-shots stay.
-    fn sweep_periodic(&mut self) {
+    fn sweep_periodic(&mut self, wheel: &mut Wheel<TaskRef>) {
         self.swept_for_shutdown = true;
         let mut all = Vec::new();
-        self.wheel.drain(&mut all);
+        wheel.drain(&mut all);
         for task in all {
             if task.header().is_periodic() {
                 self.core.stop_for_shutdown(&task);
-            } else if task.header().state.load() == state::SCHEDULED {
+            } else {
                 let tick = self.timer().time.tick_ceil(task.header().deadline());
-                let key = self.wheel.insert(tick, task.clone());
-                task.header().set_wheel_key(key.to_u64());
+                super::insert_unless_cancelled(wheel, tick, &task);
             }
         }
     }
@@ -174,7 +191,13 @@ impl Driver {
     /// `shutdown_now`: every task still with the timer is stopped and handed back.
     fn stop_now(&mut self) {
         let mut all = Vec::new();
-        self.wheel.drain(&mut all);
+        {
+            let core = self.core.clone();
+            let mut wheel = core.timer.wheel.lock();
+            core.timer.close_direct(&mut wheel);
+            wheel.drain(&mut all);
+            wheel.shrink_to_fit();
+        }
         drain_queue(&self.timer().submissions, |t| all.push(t));
         drain_queue(&self.timer().cancels, drop);
         let pending: Vec<PendingTask> = all.iter().filter_map(|t| self.core.take_back(t)).collect();

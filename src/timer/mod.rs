@@ -13,8 +13,20 @@
 //!   the producer sees the sleep tick: a deadline submitted while the driver goes to sleep is
 //!   never slept through.
 //! - The parker keeps one token, so an unpark that lands before the park is not lost.
-//! - Cancels go to `cancels`; every `CANCEL_BATCH`-th one wakes the driver to unlink them, so the
-//!   memory of cancelled timers never waits for their deadlines.
+//! - The direct path: the wheel sits under a lock that the driver holds only for the
+//!   bookkeeping part of a pass, and the driver announces its sleep tick *under that lock*. A
+//!   producer that wins `try_lock` inserts into the wheel itself, unlocks, then reads
+//!   `sleep_until`. Either the driver's next locked section comes after ours (it sees the entry
+//!   when it computes its next expiration), or its last one came before (then the lock orders
+//!   its announced tick before our read, and we wake it if our deadline is earlier). A producer
+//!   that loses `try_lock` uses the queue protocol above. A cancel unlinks directly the same
+//!   way, so the canceller, not the timer thread, drops the last reference (memory freed on the
+//!   thread that allocated it). Producers never block on the lock.
+//! - The direct path is closed (under the lock) with a manual clock and once a shutdown begins:
+//!   then every insert goes through the queue, where `settle` counts it and the driver stops
+//!   late periodic re-arms.
+//! - Cancels that lose `try_lock` go to `cancels`; every `CANCEL_BATCH`-th one wakes the driver
+//!   to unlink them, so the memory of cancelled timers never waits for their deadlines.
 
 mod clock;
 pub(crate) mod driver;
@@ -22,8 +34,11 @@ pub(crate) mod driver;
 pub use clock::ManualClock;
 pub(crate) use clock::{duration_nanos, mark_pool_thread, Clock, ClockListener, TimeBase};
 
-use crate::sync::{fence, AtomicU64, AtomicUsize, Condvar, Injector, Mutex, Ordering, Parker};
+use crate::sync::{
+    fence, AtomicBool, AtomicU64, AtomicUsize, Condvar, Injector, Mutex, Ordering, Parker,
+};
 use crate::task::TaskRef;
+use crate::wheel::{Key, Wheel};
 
 /// `sleep_until` while the driver is awake: no deadline tick is earlier, so nobody wakes it.
 const AWAKE: u64 = 0;
@@ -37,6 +52,14 @@ const CANCEL_BATCH: usize = 1024;
 #[derive(Debug)]
 pub(crate) struct Timer {
     pub(crate) time: TimeBase,
+    /// The wheel. The timer thread holds the lock for the bookkeeping part of its pass (never
+    /// while it dispatches or sleeps); producers only `try_lock` it, to insert or unlink without
+    /// involving the timer thread, and fall back to the queues when it is busy.
+    pub(crate) wheel: Mutex<Wheel<TaskRef>>,
+    /// True while producers may insert into the wheel directly. False with a manual clock (so
+    /// `settle` sees every submission go through the counted queue) and from a shutdown on (so
+    /// the timer thread sees every late re-arm). Read and written only under `wheel`'s lock.
+    direct: AtomicBool,
     submissions: Injector<TaskRef>,
     cancels: Injector<TaskRef>,
     cancels_queued: AtomicUsize,
@@ -49,8 +72,11 @@ pub(crate) struct Timer {
 impl Timer {
     pub(crate) fn new(time: TimeBase) -> Self {
         let settle = time.clock.is_manual().then(Settle::new);
+        let direct = settle.is_none();
         Timer {
             time,
+            wheel: Mutex::new(Wheel::new()),
+            direct: AtomicBool::new(direct),
             submissions: Injector::new(),
             cancels: Injector::new(),
             cancels_queued: AtomicUsize::new(0),
@@ -60,9 +86,21 @@ impl Timer {
         }
     }
 
-    /// Hands a `SCHEDULED` task to the timer thread for the deadline in its header.
+    /// Puts a `SCHEDULED` task in the wheel for the deadline in its header: directly if the
+    /// wheel's lock is free, else through the submission queue.
     pub(crate) fn submit(&self, task: TaskRef) {
         let tick = self.time.tick_ceil(task.header().deadline());
+        if let Some(mut wheel) = self.wheel.try_lock() {
+            // Relaxed: `direct` is only touched under the wheel's lock.
+            if self.direct.load(Ordering::Relaxed) {
+                insert_unless_cancelled(&mut wheel, tick, &task);
+                drop(wheel);
+                // After the unlock: the driver announces its sleep tick under the lock, so this
+                // read sees the tick of any pass that did not see our entry (ground rules).
+                self.wake_if_before(tick);
+                return;
+            }
+        }
         self.submissions.push(task);
         if let Some(s) = &self.settle {
             // Counted after the push: a driver that has seen the count has seen the task.
@@ -95,8 +133,22 @@ impl Timer {
         self.parker.unpark();
     }
 
-    /// A waiting task was cancelled: its wheel entry should be unlinked soon.
+    /// Closes the direct path: from now on producers go through the queues. The timer thread
+    /// calls it, holding the wheel's lock, when the pool starts shutting down.
+    pub(crate) fn close_direct(&self, _wheel: &mut Wheel<TaskRef>) {
+        self.direct.store(false, Ordering::Relaxed);
+    }
+
+    /// A waiting task was cancelled: its wheel entry is unlinked now if the wheel's lock is
+    /// free (so the canceller, not the timer thread, drops the last reference and frees the
+    /// memory it allocated), else soon, through the cancel queue.
     pub(crate) fn cancelled(&self, task: TaskRef) {
+        if let Some(mut wheel) = self.wheel.try_lock() {
+            let removed = unlink(&mut wheel, &task);
+            drop(wheel);
+            drop(removed);
+            return;
+        }
         // Count before the push: the driver subtracts what it drained, so a task it can drain
         // must already be counted, or the counter wraps below zero (loom_periodic found it).
         let queued = self.cancels_queued.fetch_add(1, Ordering::Relaxed) + 1;
@@ -105,6 +157,39 @@ impl Timer {
             self.wake();
         }
     }
+}
+
+/// Inserts `task` for `tick` and records its key, unless a cancel won it first. Called under the
+/// wheel's lock. A cancel that wins after the state check unlinks the entry by the key recorded
+/// here: directly (it takes the lock after us) or through the cancel queue (it pushes after its
+/// CAS, and the driver drains cancels after this insert).
+pub(crate) fn insert_unless_cancelled(
+    wheel: &mut Wheel<TaskRef>,
+    tick: u64,
+    task: &TaskRef,
+) -> bool {
+    if task.header().state.load() != crate::task::state::SCHEDULED {
+        return false; // cancelled in transit: the canceller has accounted for it
+    }
+    let key = wheel.insert(tick, task.clone());
+    task.header().set_wheel_key(key.to_u64());
+    true
+}
+
+/// Removes `task`'s wheel entry, if it has a live one; returns the wheel's reference so the
+/// caller drops it after unlocking. Called under the wheel's lock.
+pub(crate) fn unlink(wheel: &mut Wheel<TaskRef>, task: &TaskRef) -> Option<TaskRef> {
+    let key = task.header().wheel_key();
+    if key == crate::task::NO_KEY {
+        return None; // still in the submission queue, or already dispatched
+    }
+    task.header().set_wheel_key(crate::task::NO_KEY);
+    // A stale key (the entry fired, the slot was reused) is refused by its generation.
+    let removed = wheel.remove(Key::from_u64(key));
+    if removed.is_some() && wheel.is_empty() {
+        wheel.shrink_to_fit();
+    }
+    removed
 }
 
 /// The manual clock's view of a pool: has everything due run, and what is next?
