@@ -266,5 +266,7 @@ mod size_tests {
     fn a_capture_less_task_cell_stays_small() {
         assert_eq!(std::mem::size_of::<Header>(), 24);
         assert!(std::mem::size_of::<TaskCell<OneShot<fn()>>>() <= 80);
+        // Each pending task also holds one wheel entry (a fat `Arc<dyn RawTask>` plus links).
+        assert_eq!(crate::wheel::Wheel::<crate::task::TaskRef>::ENTRY_SIZE, 40);
     }
 }
