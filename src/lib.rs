@@ -4,7 +4,8 @@
 //! wheelpool is a `ScheduledExecutorService` for Rust, built for the timers services keep by the
 //! hundred thousand: heartbeats, retries with backoff, RPC and request timeouts, housekeeping.
 //! Most of them are cancelled before they fire, so scheduling and cancelling are O(1), and a
-//! cancel frees the task's closure at once and its wheel entry soon after.
+//! cancel frees the task's closure at once and its wheel entry at once or soon after (when the
+//! timer thread is busy with the wheel at that moment).
 //!
 //! # When to pick it
 //!
@@ -21,7 +22,8 @@
 //!
 //! ```text
 //! caller ──schedule()──► task (one allocation: closure + atomic state + deadline + result)
-//!                            │ submission queue (lock-free MPSC)
+//!                            │ into the wheel directly (try_lock), or through a lock-free
+//!                            │ submission queue while the timer thread holds the wheel
 //!                            ▼
 //!                   timer thread ── owns ──► hierarchical wheel (64 slots a level, bitmaps)
 //!                            │ sleeps until the next expiration or an earlier new deadline
