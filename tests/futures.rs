@@ -219,3 +219,30 @@ fn debug_output_names_the_types() {
     assert!(format!("{:?}", f.cancel_handle()).contains("CancelHandle"));
     assert!(f.cancel());
 }
+
+/// An executor whose waker panics must not take down the worker that completes the task.
+#[test]
+fn a_panicking_waker_does_not_kill_the_worker() {
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Exploding;
+    impl Wake for Exploding {
+        fn wake(self: Arc<Self>) {
+            panic!("waker exploded (expected by the test)");
+        }
+    }
+    let pool = common::quiet_pool(1);
+    let gate = Latch::new();
+    let g = gate.clone();
+    let mut f = pool.schedule(move || g.wait(LONG), Duration::ZERO).unwrap();
+    let waker = Waker::from(Arc::new(Exploding));
+    let mut cx = Context::from_waker(&waker);
+    assert!(Pin::new(&mut f).poll(&mut cx).is_pending());
+    gate.open(); // the one worker completes the task and calls the exploding waker
+                 // The same (only) worker must still run the next task.
+    let mut next = pool.schedule(|| 7, Duration::ZERO).unwrap();
+    assert_eq!(next.join_timeout(LONG), Some(Ok(7)));
+    assert!(matches!(
+        Pin::new(&mut f).poll(&mut cx),
+        Poll::Ready(Ok(true))
+    ));
+}

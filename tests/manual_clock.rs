@@ -473,3 +473,25 @@ fn cancelled_one_shots_do_not_run_when_their_time_comes() {
         }
     });
 }
+
+/// A deadline of `Duration::MAX` saturates to the end of time; advancing the clock by
+/// `Duration::MAX` must still return (it once spun for ever), and the task never runs.
+#[test]
+fn advancing_to_the_end_of_time_returns() {
+    bounded(|| {
+        let clock = ManualClock::new();
+        let pool = manual_pool(&clock, 1);
+        let ran = Arc::new(AtomicBool::new(false));
+        let r = ran.clone();
+        let f = pool
+            .schedule(move || r.store(true, SeqCst), Duration::MAX)
+            .unwrap();
+        clock.advance(Duration::MAX);
+        clock.advance(Duration::from_secs(1));
+        assert!(!ran.load(SeqCst), "a Duration::MAX deadline never comes");
+        assert!(
+            f.cancel(),
+            "so the task is still waiting and can be cancelled"
+        );
+    });
+}

@@ -313,7 +313,11 @@ impl Core {
         // into the run queues, so those are swept only after it has handed back its own.
         let mut taken = {
             let mut handoff = self.handoff.lock();
-            while !handoff.driver_done {
+            // On the timer thread itself (executor code it ran, a waker, dropped the last pool
+            // reference) waiting would wait for ourselves: the driver sees the stop when that
+            // code returns, and what it held is dropped with the pool, not handed back.
+            let waiting_is_possible = !crate::timer::driver::on_timer_thread_of(self);
+            while !handoff.driver_done && waiting_is_possible {
                 handoff = crate::sync::wait_until(&self.handoff_ready, handoff, None);
             }
             std::mem::take(&mut handoff.tasks)

@@ -81,7 +81,9 @@ impl<J: Job> TaskCell<J> {
         drop(body);
         self.finished.notify_all();
         if let Some(w) = waker {
-            w.wake();
+            // An executor's wake is not ours to trust: a panic in it must not unwind a worker or
+            // the timer thread half way through their bookkeeping.
+            let _ = catch_unwind(AssertUnwindSafe(move || w.wake()));
         }
     }
 
@@ -214,14 +216,26 @@ impl<J: Job> RawTask for TaskCell<J> {
 
 impl<J: Job> TaskResult<J::Output> for TaskCell<J> {
     fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<J::Output, TaskError>> {
+        // Waker clones and drops are executor code: none of it runs under the body lock, where a
+        // waker that cancelled this very task would deadlock.
         let mut body = self.body.lock();
         if let Some(result) = take_done(&mut body) {
             return Poll::Ready(result);
         }
-        match &body.waker {
-            Some(w) if w.will_wake(cx.waker()) => {}
-            _ => body.waker = Some(cx.waker().clone()),
+        if body.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            return Poll::Pending;
         }
+        drop(body);
+        let new = cx.waker().clone();
+        let mut body = self.body.lock();
+        if let Some(result) = take_done(&mut body) {
+            drop(body);
+            drop(new);
+            return Poll::Ready(result);
+        }
+        let old = body.waker.replace(new);
+        drop(body);
+        drop(old);
         Poll::Pending
     }
 

@@ -81,8 +81,9 @@ pub(crate) struct Header {
     periodic: bool,
     /// Planned start of the next run, in nanoseconds since the pool's origin; `u64::MAX`: never.
     deadline: AtomicU64,
-    /// The wheel entry's key while the task sits in the wheel. Only the timer thread reads or
-    /// writes it, so `Relaxed` is enough.
+    /// The wheel entry's key while the task sits in the wheel. Read and written only under the
+    /// wheel's lock (by the timer thread, or a producer that won `try_lock`), so `Relaxed` is
+    /// enough.
     wheel_key: AtomicU64,
 }
 

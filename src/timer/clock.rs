@@ -177,14 +177,16 @@ impl ManualClock {
             let next = self.settle_all();
             match next.map(|at| self.offset_of(at)) {
                 Some(at) if at <= target && at > self.offset_now() => self.set_offset(at),
-                Some(at) if at <= self.offset_now() => continue,
+                // Due but not run: the pool has more to settle at this time. At the very end of
+                // time a deadline that saturated can never come due: stop there.
+                Some(at) if at <= self.offset_now() && self.offset_now() < u64::MAX => continue,
                 _ => break,
             }
         }
-        if self.offset_now() < target {
-            self.set_offset(target);
-            self.settle_all();
-        }
+        self.set_offset(target);
+        // Always once more at the target: with several pools on one clock, a task of one may
+        // have handed work to another after that one had settled.
+        self.settle_all();
     }
 
     pub(crate) fn register(&self, listener: Weak<dyn ClockListener>) {

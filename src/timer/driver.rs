@@ -21,9 +21,25 @@ pub(crate) struct Driver {
     swept_for_shutdown: bool,
 }
 
+#[cfg(not(loom))]
+std::thread_local! {
+    /// On a timer thread: the address of its pool's `Core` (0 elsewhere).
+    static TIMER_OF: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+#[cfg(loom)]
+loom::thread_local! {
+    static TIMER_OF: std::cell::Cell<usize> = std::cell::Cell::new(0);
+}
+
+/// True on `core`'s own timer thread.
+pub(crate) fn on_timer_thread_of(core: &Core) -> bool {
+    TIMER_OF.with(|t| t.get() == core as *const Core as usize)
+}
+
 /// The timer thread's body.
 pub(crate) fn run(core: Arc<Core>) {
     super::mark_pool_thread();
+    TIMER_OF.with(|t| t.set(Arc::as_ptr(&core) as usize));
     Driver::new(core).run();
 }
 
@@ -77,6 +93,11 @@ impl Driver {
         }
         let now = core.timer.time.tick_floor(core.timer.time.now_nanos());
         wheel.poll_expired(now, &mut self.due);
+        // These left the wheel: their keys are stale now. The generation check would refuse
+        // them, but a slot reused 2^32 times could match again; a cleared key never does.
+        for task in &self.due {
+            task.header().set_wheel_key(crate::task::NO_KEY);
+        }
         let next = wheel.next_expiration();
         // Under the lock: a producer that inserts directly after we unlock reads this tick and
         // wakes us if its deadline is earlier (ground rules in timer/mod.rs).
@@ -135,7 +156,10 @@ impl Driver {
         if life != Lifecycle::Running {
             core.timer.close_direct(wheel);
         }
-        drain_queue(&core.timer.submissions, |task| {
+        // At most a batch per pass: while the driver holds the lock every producer queues, and an
+        // unbounded drain could keep it from ever polling the wheel. What is left keeps the
+        // driver from parking (`prepare_sleep`), so the next pass takes it.
+        drain_queue_up_to(&core.timer.submissions, DRAIN_BATCH, |task| {
             self.place(wheel, task, life)
         });
         let mut drained = 0;
@@ -155,21 +179,25 @@ impl Driver {
     fn place(&mut self, wheel: &mut Wheel<TaskRef>, task: TaskRef, life: Lifecycle) {
         let header = task.header();
         if life == Lifecycle::Shutdown && header.is_periodic() {
-            self.core.stop_for_shutdown(&task);
+            // A worker stops it (`Core::run_task`): stopping drops the closure and wakes the
+            // future, which is user code, and the timer thread runs none (least of all here,
+            // under the wheel's lock).
+            self.due.push(task);
             return;
         }
         let tick = self.timer().time.tick_ceil(header.deadline());
         super::insert_unless_cancelled(wheel, tick, &task);
     }
 
-    /// Graceful shutdown: periodic tasks waiting in the wheel stop now; one-shots stay.
+    /// Graceful shutdown: periodic tasks waiting in the wheel go to the workers to be stopped;
+    /// one-shots stay.
     fn sweep_periodic(&mut self, wheel: &mut Wheel<TaskRef>) {
         self.swept_for_shutdown = true;
         let mut all = Vec::new();
         wheel.drain(&mut all);
         for task in all {
             if task.header().is_periodic() {
-                self.core.stop_for_shutdown(&task);
+                self.due.push(task); // stopped by a worker, as in `place`
             } else {
                 let tick = self.timer().time.tick_ceil(task.header().deadline());
                 super::insert_unless_cancelled(wheel, tick, &task);
@@ -197,6 +225,9 @@ impl Driver {
             core.timer.close_direct(&mut wheel);
             wheel.drain(&mut all);
             wheel.shrink_to_fit();
+            for task in &all {
+                task.header().set_wheel_key(crate::task::NO_KEY);
+            }
         }
         drain_queue(&self.timer().submissions, |t| all.push(t));
         drain_queue(&self.timer().cancels, drop);
@@ -233,11 +264,23 @@ impl Driver {
     }
 }
 
+/// Submissions the driver moves into the wheel in one locked pass.
+const DRAIN_BATCH: usize = 64 * 1024;
+
 /// Takes everything off `queue`, oldest first.
-pub(crate) fn drain_queue<T>(queue: &crate::sync::Injector<T>, mut each: impl FnMut(T)) {
-    loop {
+pub(crate) fn drain_queue<T>(queue: &crate::sync::Injector<T>, each: impl FnMut(T)) {
+    drain_queue_up_to(queue, usize::MAX, each);
+}
+
+/// Takes up to `limit` items off `queue`, oldest first.
+fn drain_queue_up_to<T>(queue: &crate::sync::Injector<T>, limit: usize, mut each: impl FnMut(T)) {
+    let mut taken = 0;
+    while taken < limit {
         match queue.steal() {
-            Steal::Success(item) => each(item),
+            Steal::Success(item) => {
+                taken += 1;
+                each(item);
+            }
             Steal::Empty => break,
             Steal::Retry => continue,
         }
