@@ -207,6 +207,40 @@ mod imp {
 
 pub(crate) use imp::*;
 
+/// A waker that unparks the thread that made it: how a blocking `join` waits on the same waker
+/// slot as `.await`, so a task needs no condvar of its own.
+struct ThreadWaker(thread::Thread);
+
+impl std::task::Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// A waker for the current thread (see `ThreadWaker`).
+pub(crate) fn current_thread_waker() -> std::task::Waker {
+    std::task::Waker::from(Arc::new(ThreadWaker(thread::current())))
+}
+
+/// Parks the current thread until unparked (spurious wake-ups allowed) or `deadline` passes.
+/// Under loom there is no timed park: a model must unpark.
+pub(crate) fn park_until(deadline: Option<std::time::Instant>) {
+    match deadline {
+        #[cfg(not(loom))]
+        Some(d) => {
+            let now = std::time::Instant::now();
+            if d > now {
+                thread::park_timeout(d - now);
+            }
+        }
+        _ => thread::park(),
+    }
+}
+
 /// Reference counting is not part of any protocol we model, and loom's `Arc` has no `Weak`
 /// (which `Handle` needs), so both builds use std's.
 pub(crate) use std::sync::{Arc, Weak};

@@ -5,7 +5,7 @@ use super::state::{
 };
 use super::{Cancelled, Header, Job, PendingTask, RawTask, RunEnv, RunOutcome, Stop, TaskResult};
 use crate::error::TaskError;
-use crate::sync::{wait_until, Condvar, Mutex};
+use crate::sync::Mutex;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
@@ -43,11 +43,11 @@ struct Body<J: Job> {
     waker: Option<Waker>,
 }
 
-/// A task: header, closure-or-result, and the signal blocking joiners wait on.
+/// A task: header and closure-or-result (with the waker of whoever waits: a future's task, or
+/// a thread blocked in `join`).
 pub(crate) struct TaskCell<J: Job> {
     header: Header,
     body: Mutex<Body<J>>,
-    finished: Condvar,
 }
 
 impl<J: Job> std::fmt::Debug for TaskCell<J> {
@@ -67,7 +67,6 @@ impl<J: Job> TaskCell<J> {
                 stage: Stage::Waiting(job),
                 waker: None,
             }),
-            finished: Condvar::new(),
         }
     }
 
@@ -79,7 +78,6 @@ impl<J: Job> TaskCell<J> {
         body.stage = Stage::Done(result);
         let waker = body.waker.take();
         drop(body);
-        self.finished.notify_all();
         if let Some(w) = waker {
             // An executor's wake is not ours to trust: a panic in it must not unwind a worker or
             // the timer thread half way through their bookkeeping.
@@ -240,15 +238,23 @@ impl<J: Job> TaskResult<J::Output> for TaskCell<J> {
     }
 
     fn wait(&self, deadline: Option<Instant>) -> Option<Result<J::Output, TaskError>> {
-        let mut body = self.body.lock();
+        // A blocking join is a poll with a waker that unparks this thread.
+        let waker = crate::sync::current_thread_waker();
+        let mut cx = Context::from_waker(&waker);
         loop {
-            if let Some(result) = take_done(&mut body) {
+            if let Poll::Ready(result) = self.poll_result(&mut cx) {
                 return Some(result);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
+                // Timed out: leave no waker behind that would unpark this thread later.
+                let mut body = self.body.lock();
+                let ours = body.waker.as_ref().is_some_and(|w| w.will_wake(&waker));
+                let stale = if ours { body.waker.take() } else { None };
+                drop(body);
+                drop(stale);
                 return None;
             }
-            body = wait_until(&self.finished, body, deadline);
+            crate::sync::park_until(deadline);
         }
     }
 }
@@ -279,7 +285,7 @@ mod size_tests {
     #[test]
     fn a_capture_less_task_cell_stays_small() {
         assert_eq!(std::mem::size_of::<Header>(), 24);
-        assert!(std::mem::size_of::<TaskCell<OneShot<fn()>>>() <= 80);
+        assert!(std::mem::size_of::<TaskCell<OneShot<fn()>>>() <= 72);
         // Each pending task also holds one wheel entry (a fat `Arc<dyn RawTask>` plus links).
         assert_eq!(crate::wheel::Wheel::<crate::task::TaskRef>::ENTRY_SIZE, 40);
     }
