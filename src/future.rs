@@ -71,16 +71,20 @@ impl<T: Send + 'static> ScheduledFuture<T> {
         self.task.clone()
     }
 
-    /// Cancels the task. Returns true if this call cancelled it: it had not finished and nobody
-    /// had cancelled it before.
+    /// Cancels the task. Returns true if this call stopped a run that had not started: the
+    /// answer an RPC timeout needs ("did I stop the timeout handler?").
     ///
-    /// - Waiting: it will never start; its closure (and everything it captured) is dropped now,
-    ///   and its wheel entry is unlinked soon after.
-    /// - Running one-shot: the run finishes, its value is dropped, and the future reports
-    ///   [`TaskError::Cancelled`].
-    /// - Periodic, waiting or running: no later run starts; a run in progress finishes.
+    /// - Waiting: it will never start; its closure (and everything it captured) is dropped
+    ///   before `cancel` returns, and its wheel entry is unlinked now or soon after. Returns true.
+    /// - Periodic, waiting or running: no later run starts; a run in progress finishes. Returns
+    ///   true.
+    /// - Running one-shot: the run finishes (it cannot be stopped), its value is dropped, and the
+    ///   future reports [`TaskError::Cancelled`]. Returns false: the closure did run.
+    ///   [`is_cancelled`](Self::is_cancelled) is true from now on.
+    /// - Finished, or already cancelled: nothing changes. Returns false.
     ///
-    /// After `cancel` returns true, the future ends with `Err(TaskError::Cancelled)`.
+    /// After `cancel` returns true, no run of the task starts any more and the future ends with
+    /// `Err(TaskError::Cancelled)`.
     ///
     /// # Examples
     ///
@@ -288,7 +292,14 @@ impl fmt::Debug for CancelHandle {
 }
 
 fn cancel(task: &TaskRef, core: &Core) -> bool {
+    use crate::task::Cancelled;
     let outcome = task.cancel();
     core.on_cancel(task, outcome);
-    outcome != crate::task::Cancelled::No
+    match outcome {
+        Cancelled::Waiting => true,
+        // A periodic task's later runs had not started: this call stopped them. A running
+        // one-shot has no run left to stop (its value will be dropped, `join` says Cancelled).
+        Cancelled::Running => task.header().is_periodic(),
+        Cancelled::No => false,
+    }
 }

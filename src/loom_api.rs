@@ -96,7 +96,7 @@ impl RunEnv for ModelEnv {
     fn report_panic(&self, _payload: Box<dyn Any + Send>) -> String {
         "panicked".to_owned()
     }
-    fn run_ending(&self, _end: u8) {}
+    fn run_ending(&self, _end: u8, _ran_ok: bool) {}
 }
 
 type OneShotFn<T> = Box<dyn FnOnce() -> T + Send>;

@@ -72,9 +72,15 @@ fn cancel_while_running_lets_the_run_finish_and_reports_cancelled() {
         )
         .unwrap();
     assert!(started.wait(LONG), "the task started");
-    assert!(f.cancel(), "cancelling a running one-shot returns true");
+    assert!(
+        !f.cancel(),
+        "cancel returns true only if it stopped a run that had not started; this one had"
+    );
     assert!(!f.cancel());
-    assert!(f.is_cancelled());
+    assert!(
+        f.is_cancelled(),
+        "the running one-shot is marked: its result will be dropped"
+    );
     assert!(!f.is_done(), "the run is still in progress");
     release.open();
     let outcome = f.join();
@@ -88,10 +94,11 @@ fn cancel_while_running_lets_the_run_finish_and_reports_cancelled() {
         1,
         "the run went to its end"
     );
-    // The value is dropped by the worker, which may do so just after waking the joiner.
-    assert!(
-        wait_until(LONG, || result_drops.dropped() >= 1),
-        "the run's value was dropped"
+    // The worker drops the run's value before it completes the future.
+    assert_eq!(
+        result_drops.dropped(),
+        1,
+        "the run's value was dropped by the time join returned"
     );
     assert!(
         wait_until(LONG, || pool.stats().cancelled == 1
@@ -99,7 +106,11 @@ fn cancel_while_running_lets_the_run_finish_and_reports_cancelled() {
         "{:?}",
         pool.stats()
     );
-    assert_eq!(pool.stats().completed, 0);
+    assert_eq!(
+        pool.stats().completed,
+        1,
+        "the run itself returned normally"
+    );
     assert_eq!(
         result_drops.dropped(),
         1,
@@ -194,21 +205,23 @@ fn cancelling_ten_thousand_timers_frees_them_all_and_the_pool_goes_on() {
 
 #[test]
 fn cancel_racing_the_run_has_one_winner() {
-    // Tasks come due while another thread cancels them: for each, either the cancel returned
-    // true and the future says Cancelled, or it returned false and the future has the value.
-    // The closure is dropped exactly once either way.
+    // Tasks come due while another thread cancels them. For each: a cancel that returned true
+    // stopped a run that had not started (the closure never ran, the future says Cancelled);
+    // one that returned false either lost (the value came through) or landed during the run
+    // (the closure ran, its value was dropped, the future says Cancelled). The closure is
+    // dropped exactly once either way.
     let pool = pool(2);
     const N: usize = 5_000;
     let drops = DropCounter::new();
-    let runs = Arc::new(AtomicUsize::new(0));
+    let ran: Arc<Vec<AtomicUsize>> = Arc::new((0..N).map(|_| AtomicUsize::new(0)).collect());
     let futures: Vec<_> = (0..N)
         .map(|i| {
             let token: Token = drops.token();
-            let runs = runs.clone();
+            let ran = ran.clone();
             let delay = Duration::from_micros((i % 5) as u64 * 500);
             pool.schedule(
                 move || {
-                    runs.fetch_add(1, Ordering::SeqCst);
+                    ran[i].fetch_add(1, Ordering::SeqCst);
                     drop(token);
                     i
                 },
@@ -221,8 +234,9 @@ fn cancel_racing_the_run_has_one_winner() {
     let canceller =
         std::thread::spawn(move || handles.iter().map(|h| h.cancel()).collect::<Vec<bool>>());
     let won = canceller.join().unwrap();
-    let mut cancelled = 0;
+    let (mut values, mut ended_cancelled) = (0, 0);
     for (i, (f, won)) in futures.into_iter().zip(won).enumerate() {
+        let runs = || ran[i].load(Ordering::SeqCst);
         match f.join() {
             Ok(v) => {
                 assert!(
@@ -230,20 +244,35 @@ fn cancel_racing_the_run_has_one_winner() {
                     "task {i}: cancel returned true but the value came through"
                 );
                 assert_eq!(v, i);
+                assert_eq!(runs(), 1);
+                values += 1;
             }
             Err(TaskError::Cancelled) => {
-                assert!(won, "task {i}: Cancelled although no cancel returned true");
-                cancelled += 1;
+                if won {
+                    assert_eq!(runs(), 0, "task {i}: ran after a cancel that returned true");
+                } else {
+                    assert_eq!(
+                        runs(),
+                        1,
+                        "task {i}: Cancelled without a true cancel or a run"
+                    );
+                }
+                ended_cancelled += 1;
             }
             Err(e) => panic!("task {i}: {e}"),
         }
     }
     assert_eq!(drops.dropped(), N, "each closure dropped exactly once");
-    assert!(runs.load(Ordering::SeqCst) <= N);
+    let total_runs: usize = (0..N).map(|i| ran[i].load(Ordering::SeqCst)).sum();
     assert!(wait_until(LONG, || pool.stats().pending == 0
         && pool.stats().running == 0));
-    assert_eq!(pool.stats().cancelled, cancelled as u64);
-    assert_eq!(pool.stats().completed, (N - cancelled) as u64);
+    assert_eq!(pool.stats().cancelled, ended_cancelled as u64);
+    assert_eq!(
+        pool.stats().completed,
+        total_runs as u64,
+        "every run returned normally"
+    );
+    assert!(values <= total_runs);
 }
 
 #[test]

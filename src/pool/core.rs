@@ -247,13 +247,12 @@ impl Core {
         }
     }
 
+    /// Counts a task that ended cancelled or stopped by a shutdown (its future says Cancelled
+    /// or Shutdown). Runs are counted apart: `completed` per normal return, `panicked` per panic.
     fn count_end(&self, end: u8) {
-        let counter = match end {
-            state::COMPLETED | state::SHUT_DOWN => &self.completed,
-            state::PANICKED => return, // counted in `report_panic`, once per panic
-            _ => &self.cancelled,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
+        if matches!(end, state::CANCELLED | state::SHUT_DOWN) {
+            self.cancelled.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// One admitted task reached a terminal state.
@@ -412,7 +411,10 @@ impl RunEnv for Core {
         self.lifecycle.load(Ordering::SeqCst) != RUNNING
     }
 
-    fn run_ending(&self, end: u8) {
+    fn run_ending(&self, end: u8, ran_ok: bool) {
+        if ran_ok {
+            self.completed.fetch_add(1, Ordering::Relaxed);
+        }
         self.count_end(end);
         self.running.fetch_sub(1, Ordering::Relaxed);
         self.task_ended();

@@ -93,10 +93,12 @@ pub struct PoolStats {
     pub pending: usize,
     /// Runs in progress.
     pub running: usize,
-    /// Runs that returned normally (each run of a periodic task counts).
+    /// Runs that returned normally: every run of a periodic task counts, and so does a run
+    /// during which its task was cancelled.
     pub completed: u64,
-    /// Tasks that ended without running (again): by `cancel`, by `shutdown_now`, or periodic
-    /// tasks stopped by `shutdown` while they waited.
+    /// Tasks whose future ended `Cancelled` or `Shutdown` (not `Panicked`): cancelled while
+    /// waiting or while running, returned by `shutdown_now`, or periodic tasks stopped by
+    /// `shutdown`.
     pub cancelled: u64,
     /// Runs that panicked (each one also went to the panic handler).
     pub panicked: u64,

@@ -111,31 +111,33 @@ impl<J: Job> TaskCell<J> {
         drop(body);
         drop_user(job);
         self.header.state.finish(CANCELLED);
-        env.run_ending(CANCELLED);
+        env.run_ending(CANCELLED, !panicked);
         self.complete(Err(TaskError::Cancelled));
         RunOutcome::Finished(CANCELLED)
     }
 
     /// After a run that ends the task: store `result` as `to`, or `Cancelled` if a cancel came in.
+    /// `ran_ok`: the run that just ended returned normally (did not panic).
     fn finish_run(
         &self,
         env: &dyn RunEnv,
         job: J,
         to: u8,
         result: Result<J::Output, TaskError>,
+        ran_ok: bool,
     ) -> RunOutcome {
         drop_user(job);
         // Only this worker leaves RUNNING (a canceller may only mark it RUNNING_CANCELLED), and
         // the stage stays `Running` until `complete`, so joiners wait for the result below.
         if self.header.state.transition(RUNNING, to) {
-            env.run_ending(to);
+            env.run_ending(to, ran_ok);
             self.complete(result);
             return RunOutcome::Finished(to);
         }
         // RUNNING_CANCELLED: the run's value (if any) is dropped before the future says Cancelled.
         drop_user(result);
         self.header.state.finish(CANCELLED);
-        env.run_ending(CANCELLED);
+        env.run_ending(CANCELLED, ran_ok);
         self.complete(Err(TaskError::Cancelled));
         RunOutcome::Finished(CANCELLED)
     }
@@ -158,15 +160,16 @@ impl<J: Job> RawTask for TaskCell<J> {
         };
         if job.is_periodic() && go_on {
             if env.stopping() {
-                return self.finish_run(env, job, SHUT_DOWN, Err(TaskError::Shutdown));
+                let ran_ok = result.is_ok();
+                return self.finish_run(env, job, SHUT_DOWN, Err(TaskError::Shutdown), ran_ok);
             }
             if let Some(next) = job.plan_next(env.now_nanos()) {
                 return self.rearm(env, job, next, result.is_err());
             }
         }
         match result {
-            Ok(value) => self.finish_run(env, job, COMPLETED, Ok(value)),
-            Err(msg) => self.finish_run(env, job, PANICKED, Err(TaskError::Panicked(msg))),
+            Ok(value) => self.finish_run(env, job, COMPLETED, Ok(value), true),
+            Err(msg) => self.finish_run(env, job, PANICKED, Err(TaskError::Panicked(msg)), false),
         }
     }
 

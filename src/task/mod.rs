@@ -35,9 +35,10 @@ pub(crate) trait RunEnv {
     fn stopping(&self) -> bool;
     /// Hands a panic payload to the pool's panic handler; returns its message.
     fn report_panic(&self, payload: Box<dyn Any + Send>) -> String;
-    /// The run that just returned was the task's last: it ends in terminal state `end`. Called
-    /// before the future completes, so the pool's counters already agree when `join` returns.
-    fn run_ending(&self, end: u8);
+    /// The run that just returned was the task's last: it ends in terminal state `end`;
+    /// `ran_ok` says that run returned normally. Called before the future completes, so the
+    /// pool's counters already agree when `join` returns.
+    fn run_ending(&self, end: u8, ran_ok: bool);
 }
 
 /// What became of a task after a worker ran it.
