@@ -21,16 +21,32 @@ fn main() {
             Duration::from_millis(50),
         )
         .expect("schedule");
+    let beats = Arc::new(AtomicUsize::new(0));
+    let b = beats.clone();
     let beat = pool
-        .schedule_at_fixed_rate(|| (), Duration::ZERO, Duration::from_millis(10))
+        .schedule_at_fixed_rate(
+            move || {
+                b.fetch_add(1, Ordering::SeqCst);
+            },
+            Duration::ZERO,
+            Duration::from_millis(10),
+        )
         .expect("schedule");
+    // Let the heartbeat run a few times before shutting down.
+    while beats.load(Ordering::SeqCst) < 3 {
+        std::thread::yield_now();
+    }
     pool.shutdown();
     println!(
         "graceful: new work refused: {:?}",
         pool.execute(|| ()).unwrap_err()
     );
     println!("graceful: delayed one-shot still ran: {:?}", late.join());
-    println!("graceful: periodic task stopped: {:?}", beat.join());
+    println!(
+        "graceful: periodic task stopped after {} beats: {:?}",
+        beats.load(Ordering::SeqCst),
+        beat.join()
+    );
     assert!(pool.await_termination(Duration::from_secs(5)));
     println!("graceful: terminated, stats {:?}\n", pool.stats());
     assert_eq!(ran.load(Ordering::SeqCst), 1);

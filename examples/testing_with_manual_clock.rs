@@ -1,39 +1,32 @@
-//! How to test your own retry loop deterministically: build the pool on a `ManualClock`, then
-//! move time by hand. `advance` returns only when everything due has run, so you can assert
-//! right after it; no sleeps, no flakes, and an hour of backoff takes microseconds.
+//! How to test your own retry loop deterministically: build the pool on a `ManualClock` and
+//! move time by hand. `advance` returns only when everything due has run, so you can assert right
+//! after it: no sleeps, no flakes, and seconds of backoff take microseconds.
 //!
 //! Run: `cargo run --example testing_with_manual_clock`
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use wheelpool::{ManualClock, ScheduledThreadPool};
+use wheelpool::{Handle, ManualClock, ScheduledThreadPool};
 
-/// The code under test: polls a job every `interval` (fixed delay) until `is_ready` says yes.
-fn poll_until_ready(
-    pool: &ScheduledThreadPool,
-    interval: Duration,
-    is_ready: impl Fn() -> bool + Send + 'static,
-    log: Arc<Mutex<Vec<Instant>>>,
-    clock: ManualClock,
-) -> wheelpool::ScheduledFuture<()> {
-    let me = Arc::new(Mutex::new(None::<wheelpool::CancelHandle>));
-    let me2 = me.clone();
-    let f = pool
-        .schedule_with_fixed_delay(
-            move || {
-                log.lock().unwrap().push(clock.now());
-                if is_ready() {
-                    if let Some(h) = me2.lock().unwrap().as_ref() {
-                        h.cancel(); // done: no more polls
-                    }
-                }
-            },
-            interval,
-            interval,
-        )
-        .expect("schedule");
-    *me.lock().unwrap() = Some(f.cancel_handle());
-    f
+/// The code under test: tries `op`; on failure tries again after `backoff`, doubling it each
+/// time up to `max`, by one-shot resubmission through a `Handle` (no thread sleeps).
+#[derive(Clone)]
+struct Retry {
+    pool: Handle,
+    op: Arc<dyn Fn() -> bool + Send + Sync>,
+    max: Duration,
+}
+
+impl Retry {
+    fn attempt(self, backoff: Duration) {
+        if (self.op)() {
+            return; // done: nothing more is scheduled
+        }
+        let next = (backoff * 2).min(self.max);
+        let again = self.clone();
+        let retry = self.pool.schedule(move || again.attempt(next), backoff);
+        drop(retry.expect("the pool is running")); // detached: the retry still runs
+    }
 }
 
 fn main() {
@@ -44,40 +37,53 @@ fn main() {
         .build()
         .expect("pool");
     let t0 = clock.now();
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let c = clock.clone();
-    let ready_at = t0 + Duration::from_secs(25);
-    let poller = poll_until_ready(
-        &pool,
-        Duration::from_secs(10),
-        move || c.now() >= ready_at,
-        log.clone(),
-        clock.clone(),
+
+    // A fake server that is down for the first second, recording when it was called.
+    let calls = Arc::new(Mutex::new(Vec::<Instant>::new()));
+    let (c, server_clock) = (calls.clone(), clock.clone());
+    let up_at = t0 + Duration::from_secs(1);
+    let op = Arc::new(move || {
+        let now = server_clock.now();
+        c.lock().unwrap().push(now);
+        now >= up_at
+    });
+
+    let retry = Retry {
+        pool: pool.handle(),
+        op,
+        max: Duration::from_secs(30),
+    };
+    pool.execute(move || retry.attempt(Duration::from_millis(100)))
+        .expect("execute");
+
+    clock.advance(Duration::ZERO); // the first attempt runs at once
+    let at = |calls: &Mutex<Vec<Instant>>| -> Vec<u128> {
+        calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|t| (*t - t0).as_millis())
+            .collect()
+    };
+    assert_eq!(at(&calls), vec![0]);
+
+    clock.advance(Duration::from_millis(299));
+    assert_eq!(
+        at(&calls),
+        vec![0, 100],
+        "the second try 100 ms later, the third not yet"
     );
 
-    clock.advance(Duration::from_secs(9));
-    assert!(
-        log.lock().unwrap().is_empty(),
-        "nothing before the first interval"
-    );
-    clock.advance(Duration::from_secs(1));
-    assert_eq!(log.lock().unwrap().len(), 1, "first poll at exactly 10 s");
-    clock.advance(Duration::from_secs(3600)); // an hour passes in an instant
-    let polls: Vec<u64> = log
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|t| (*t - t0).as_secs())
-        .collect();
-    println!("polls at (virtual) seconds: {polls:?}");
+    clock.advance(Duration::from_secs(60)); // a minute passes in an instant
+    let tries = at(&calls);
+    println!("attempts at (virtual) ms: {tries:?}");
     assert_eq!(
-        polls,
-        vec![10, 20, 30],
-        "polled every 10 s until ready at 25 s, then stopped"
+        tries,
+        vec![0, 100, 300, 700, 1500],
+        "backoff 100, 200, 400, 800 ms; the server is up from 1000 ms; nothing after success"
     );
-    assert!(poller.is_cancelled());
     println!(
-        "the poller stopped itself after it saw the job ready: {:?}",
-        poller.join()
+        "the retry loop stopped after its first success, {} ms in",
+        tries[4]
     );
 }

@@ -77,11 +77,18 @@ pub enum TaskError {
 impl fmt::Display for TaskError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TaskError::Cancelled => {
-                f.write_str("the task was cancelled before it produced a value")
-            }
-            TaskError::Panicked(msg) => write!(f, "the task panicked: {msg}"),
-            TaskError::Shutdown => f.write_str("the pool shut down before the task finished"),
+            TaskError::Cancelled => f.write_str(
+                "the task was cancelled before it produced a value; \
+                 schedule it again if the work is still needed",
+            ),
+            TaskError::Panicked(msg) => write!(
+                f,
+                "the task panicked: {msg}; fix the task (the pool's panic handler saw the payload)"
+            ),
+            TaskError::Shutdown => f.write_str(
+                "the pool shut down before the task finished; \
+                 shut down only once the work is done, or schedule on a running pool",
+            ),
         }
     }
 }
@@ -210,7 +217,11 @@ impl fmt::Display for BuildError {
             BuildErrorKind::ThreadNameHasNul => f.write_str(
                 "thread_name must not contain a NUL byte (the OS cannot name a thread so)",
             ),
-            BuildErrorKind::Spawn(e) => write!(f, "could not start a pool thread: {e}"),
+            BuildErrorKind::Spawn(e) => write!(
+                f,
+                "could not start a pool thread: {e}; ask for fewer threads or free system \
+                 resources (thread limits, memory) and build again"
+            ),
         }
     }
 }

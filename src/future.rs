@@ -56,12 +56,6 @@ pub struct CancelHandle {
     core: Arc<Core>,
 }
 
-fn assert_send_sync<X: Send + Sync>() {}
-const _: fn() = || {
-    assert_send_sync::<CancelHandle>();
-    assert_send_sync::<ScheduledFuture<u32>>();
-};
-
 impl<T: Send + 'static> ScheduledFuture<T> {
     pub(crate) fn new(task: Arc<dyn TaskResult<T>>, core: Arc<Core>) -> Self {
         ScheduledFuture { task, core }
@@ -190,6 +184,11 @@ impl<T: Send + 'static> ScheduledFuture<T> {
     /// [`TaskError::Cancelled`], [`TaskError::Panicked`] with the panic message, or
     /// [`TaskError::Shutdown`].
     ///
+    /// # Panics
+    ///
+    /// If an earlier [`join_timeout`](Self::join_timeout) (or `.await`) already returned the
+    /// result.
+    ///
     /// # Examples
     ///
     /// ```
@@ -210,6 +209,16 @@ impl<T: Send + 'static> ScheduledFuture<T> {
     /// Like [`join`](Self::join), but gives up after `timeout` and returns `None` (the future
     /// stays usable: join or await it again later). Once it has returned `Some`, the result is
     /// gone: a later join or poll panics.
+    ///
+    /// # Errors
+    ///
+    /// `Some(Err(_))` as for [`join`](Self::join): [`TaskError::Cancelled`],
+    /// [`TaskError::Panicked`] or [`TaskError::Shutdown`]. `None` is not an error: the task has
+    /// not finished yet.
+    ///
+    /// # Panics
+    ///
+    /// If an earlier `join_timeout` (or `.await`) already returned the result.
     ///
     /// # Examples
     ///

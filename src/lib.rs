@@ -104,3 +104,25 @@ pub use future::{CancelHandle, ScheduledFuture};
 pub use pool::{Builder, Handle, PoolStats, ScheduledThreadPool};
 pub use task::{MissedTicks, PendingTask, PeriodicOptions};
 pub use timer::ManualClock;
+
+/// Which public types cross threads, decided on purpose and checked at compile time.
+#[allow(dead_code)]
+fn _thread_safety() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<ScheduledThreadPool>();
+    send_sync::<Handle>();
+    send_sync::<CancelHandle>();
+    send_sync::<ScheduledFuture<u32>>();
+    send_sync::<ManualClock>();
+    send_sync::<Builder>();
+    send_sync::<PoolStats>();
+    send_sync::<PeriodicOptions>();
+    send_sync::<MissedTicks>();
+    // Errors go into `Box<dyn Error + Send + Sync>`.
+    send_sync::<ScheduleError>();
+    send_sync::<TaskError>();
+    send_sync::<BuildError>();
+    // A handed-back closure may be run on another thread; it is `Send` but not shared.
+    send::<PendingTask>();
+}

@@ -121,6 +121,8 @@ impl Core {
     }
 
     pub(crate) fn lifecycle(&self) -> Lifecycle {
+        // SeqCst: one total order with the stores in `shutdown`/`shutdown_now` and the
+        // `outstanding` updates (ground rules above).
         match self.lifecycle.load(Ordering::SeqCst) {
             RUNNING => Lifecycle::Running,
             SHUTDOWN => Lifecycle::Shutdown,
@@ -129,10 +131,12 @@ impl Core {
     }
 
     pub(crate) fn outstanding(&self) -> usize {
+        // SeqCst: pairs with the increment in `admit` after the lifecycle store (ground rules).
         self.outstanding.load(Ordering::SeqCst)
     }
 
     pub(crate) fn driver_gone(&self) -> bool {
+        // SeqCst: pairs with the store in `driver_exited`.
         self.driver_gone.load(Ordering::SeqCst)
     }
 
@@ -408,6 +412,7 @@ impl RunEnv for Core {
     }
 
     fn stopping(&self) -> bool {
+        // SeqCst: pairs with the lifecycle stores in `shutdown`/`shutdown_now`.
         self.lifecycle.load(Ordering::SeqCst) != RUNNING
     }
 

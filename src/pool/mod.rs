@@ -104,12 +104,6 @@ pub struct PoolStats {
     pub panicked: u64,
 }
 
-fn assert_send_sync<X: Send + Sync>() {}
-const _: fn() = || {
-    assert_send_sync::<ScheduledThreadPool>();
-    assert_send_sync::<Handle>();
-};
-
 impl ScheduledThreadPool {
     /// A pool with one worker per CPU and a 1 ms tick.
     ///

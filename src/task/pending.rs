@@ -2,8 +2,9 @@
 
 use std::fmt;
 
-/// A task that never started, handed back by
-/// [`ScheduledThreadPool::shutdown_now`](crate::ScheduledThreadPool::shutdown_now).
+/// A task whose next run never started, handed back by
+/// [`ScheduledThreadPool::shutdown_now`](crate::ScheduledThreadPool::shutdown_now): a one-shot
+/// that was still waiting, or a periodic task waiting between runs.
 ///
 /// Its future already reports [`TaskError::Cancelled`](crate::TaskError::Cancelled). The caller may
 /// run the closure itself (for example on the current thread while shutting down) or drop it.

@@ -110,6 +110,7 @@ impl ManualClock {
     /// assert_eq!(clock.now() - start, Duration::from_millis(5));
     /// ```
     pub fn now(&self) -> Instant {
+        // Acquire: pairs with the Release of `set_offset` / the AcqRel of an in-task advance.
         add_nanos(self.inner.base, self.inner.offset.load(Ordering::Acquire))
     }
 
@@ -210,6 +211,7 @@ impl ManualClock {
     }
 
     fn offset_now(&self) -> u64 {
+        // Acquire: pairs with the Release of `set_offset`.
         self.inner.offset.load(Ordering::Acquire)
     }
 

@@ -246,6 +246,7 @@ impl Driver {
         self.timer()
             .settle
             .as_ref()
+            // SeqCst: pairs with the increment after the push in `Timer::submit`.
             .map_or(0, |s| s.submitted.load(Ordering::SeqCst))
     }
 

@@ -250,6 +250,8 @@ impl ClockListener for crate::pool::Core {
             };
             timer.wake();
             let mut st = s.status.lock();
+            // SeqCst: pairs with `entering_pool`/`left_pool`; the decrement to zero notifies
+            // under `status`' lock, so this check under the same lock loses no wake-up.
             while (st.completed < req || s.in_pool.load(Ordering::SeqCst) != 0)
                 && !self.driver_gone()
             {
@@ -258,6 +260,7 @@ impl ClockListener for crate::pool::Core {
             if self.driver_gone() {
                 return None;
             }
+            // SeqCst: pairs with the increment after the push in `Timer::submit`.
             if st.dispatched == 0 && st.drained == s.submitted.load(Ordering::SeqCst) {
                 return st.next.map(|n| timer.time.instant_of(n));
             }
