@@ -248,3 +248,42 @@ fn shutdown_now_hands_back_waiting_periodic_tasks() {
         );
     });
 }
+
+/// A periodic task that owns the last reference to its own pool: stopping it at a graceful
+/// shutdown drops the pool. That must happen on a worker, not on the timer thread (whose
+/// `shutdown_now` would then wait for itself): the future ends `Shutdown` and nothing hangs.
+#[test]
+fn a_periodic_task_owning_its_pool_is_stopped_without_a_hang() {
+    let pool = Arc::new(ScheduledThreadPool::builder().threads(2).build().unwrap());
+    let owned = pool.clone();
+    let (dropped_tx, dropped_rx) = mpsc::channel::<()>();
+    struct OnDrop(Option<mpsc::Sender<()>>, Option<Arc<ScheduledThreadPool>>);
+    impl Drop for OnDrop {
+        fn drop(&mut self) {
+            drop(self.1.take()); // may drop the pool: joins every thread but this one
+            if let Some(tx) = self.0.take() {
+                let _ = tx.send(());
+            }
+        }
+    }
+    let guard = OnDrop(Some(dropped_tx), Some(owned));
+    let mut beat = pool
+        .schedule_at_fixed_rate(
+            move || {
+                let _ = &guard;
+            },
+            Duration::from_secs(3600),
+            Duration::from_secs(3600),
+        )
+        .unwrap();
+    pool.shutdown();
+    drop(pool); // the task's closure now holds the last reference
+    assert!(
+        dropped_rx.recv_timeout(JOIN_LIMIT).is_ok(),
+        "the periodic task's closure was not dropped"
+    );
+    assert_eq!(
+        beat.join_timeout(JOIN_LIMIT),
+        Some(Err(TaskError::Shutdown))
+    );
+}
