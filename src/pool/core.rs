@@ -232,12 +232,14 @@ impl Core {
             }
             // `run_ending` has done the bookkeeping, before the future completed.
             RunOutcome::Finished(_) => {}
-            RunOutcome::Rearm { panicked } => {
+            RunOutcome::Rearm { panicked, now } => {
                 if !panicked {
                     self.completed.fetch_add(1, Ordering::Relaxed);
                 }
                 self.running.fetch_sub(1, Ordering::Relaxed);
-                self.route(task.clone(), self.timer.time.now_nanos());
+                // `now` was read before the re-arm: an older reading can only send a task that
+                // just came due through the wheel, never run one early.
+                self.route(task.clone(), now);
                 // Err: stopped by shutdown_now after its run; `stop_for_shutdown` did the accounting.
                 let _ = self.recheck_stop(task);
             }

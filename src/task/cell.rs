@@ -97,14 +97,14 @@ impl<J: Job> TaskCell<J> {
 
     /// After a periodic run: put the closure back and become `SCHEDULED` for `next`, unless a
     /// cancel came in during the run.
-    fn rearm(&self, env: &dyn RunEnv, job: J, next: u64, panicked: bool) -> RunOutcome {
+    fn rearm(&self, env: &dyn RunEnv, job: J, next: u64, panicked: bool, now: u64) -> RunOutcome {
         self.header.set_deadline(next);
         let mut body = self.body.lock();
         body.stage = Stage::Waiting(job);
         // The closure is back in the body before the task can be seen as SCHEDULED again, so a
         // canceller that wins SCHEDULED -> CANCELLED finds it there.
         if self.header.state.transition(RUNNING, SCHEDULED) {
-            return RunOutcome::Rearm { panicked };
+            return RunOutcome::Rearm { panicked, now };
         }
         // RUNNING_CANCELLED: the cancel returned true; no run may follow.
         let job = std::mem::replace(&mut body.stage, Stage::Running);
@@ -163,8 +163,9 @@ impl<J: Job> RawTask for TaskCell<J> {
                 let ran_ok = result.is_ok();
                 return self.finish_run(env, job, SHUT_DOWN, Err(TaskError::Shutdown), ran_ok);
             }
-            if let Some(next) = job.plan_next(env.now_nanos()) {
-                return self.rearm(env, job, next, result.is_err());
+            let now = env.now_nanos();
+            if let Some(next) = job.plan_next(now) {
+                return self.rearm(env, job, next, result.is_err(), now);
             }
         }
         match result {

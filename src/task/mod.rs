@@ -50,7 +50,8 @@ pub(crate) enum RunOutcome {
     Finished(u8),
     /// A periodic task ran (`panicked`: that run panicked and the task survives panics) and is
     /// `SCHEDULED` again for `header().deadline()`: resubmit it.
-    Rearm { panicked: bool },
+    /// `now`: the clock reading the next deadline was planned from (one read serves both).
+    Rearm { panicked: bool, now: u64 },
 }
 
 /// What a successful `cancel` did.
