@@ -315,7 +315,7 @@ fn run_quietly(
             start.elapsed().as_secs_f64()
         );
         let best_noise = best.as_ref().and_then(|b| b.figure(report::NOISE));
-        if best_noise.map_or(true, |b| noise < b) {
+        if best_noise.is_none_or(|b| noise < b) {
             best = Some(record);
         }
         if noise <= max_noise {
