@@ -6,51 +6,9 @@
 //!
 //! Every test body runs under a watchdog so a hang fails the test instead of stalling the run.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
-use std::thread;
-use std::time::{Duration, Instant};
+mod manual_common;
 
-use wheelpool::{ManualClock, ScheduledFuture, ScheduledThreadPool, TaskError};
-
-const WATCHDOG: Duration = Duration::from_secs(60);
-const JOIN_LIMIT: Duration = Duration::from_secs(10);
-
-fn ms(n: u64) -> Duration {
-    Duration::from_millis(n)
-}
-
-/// Runs `body` on its own thread and fails if it panics or does not finish within `WATCHDOG`.
-fn bounded(body: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = mpsc::channel();
-    let worker = thread::spawn(move || {
-        body();
-        let _ = tx.send(());
-    });
-    match rx.recv_timeout(WATCHDOG) {
-        Ok(()) => worker.join().unwrap(),
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(p) = worker.join() {
-                std::panic::resume_unwind(p);
-            }
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("test body hung for {WATCHDOG:?}"),
-    }
-}
-
-fn manual_pool(clock: &ManualClock, threads: usize) -> ScheduledThreadPool {
-    ScheduledThreadPool::builder()
-        .threads(threads)
-        .clock(clock.clone())
-        .build()
-        .unwrap()
-}
-
-fn join_within<T: Send + 'static>(mut f: ScheduledFuture<T>) -> Result<T, TaskError> {
-    f.join_timeout(JOIN_LIMIT)
-        .expect("the future did not end in time")
-}
+use manual_common::*;
 
 /// A one-shot that reports the clock time (since `t0`) it ran at.
 fn report_now(

@@ -10,9 +10,9 @@
 //! Every test body runs under a watchdog: a hang (an `advance` that never returns, a future
 //! that never ends) fails the test instead of stalling the run.
 
-mod periodic_common;
+mod manual_common;
 
-use periodic_common::*;
+use manual_common::*;
 
 // ---- exact run counts -------------------------------------------------------------------------
 

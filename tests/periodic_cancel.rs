@@ -2,11 +2,11 @@
 //! Cancelling periodic tasks under the `ManualClock`: from inside the task, while waiting,
 //! and racing the re-arm; a cancel that returned true is never followed by a new run.
 //!
-//! Helpers and conventions: see `periodic_common`.
+//! Helpers and conventions: see `manual_common`.
 
-mod periodic_common;
+mod manual_common;
 
-use periodic_common::*;
+use manual_common::*;
 
 // ---- cancel -----------------------------------------------------------------------------------
 

@@ -3,11 +3,11 @@
 //! unless it opted to survive; `shutdown` stops periodic tasks after their current run while
 //! one-shots still run; `shutdown_now` hands waiting ones back.
 //!
-//! Helpers and conventions: see `periodic_common`.
+//! Helpers and conventions: see `manual_common`.
 
-mod periodic_common;
+mod manual_common;
 
-use periodic_common::*;
+use manual_common::*;
 
 // ---- panics -----------------------------------------------------------------------------------
 

@@ -1,5 +1,5 @@
-//! Helpers shared by the periodic-task tests (`periodic*.rs`): a watchdog, ManualClock pools,
-//! run recorders and a panic log.
+//! Helpers shared by the ManualClock tests (`manual_clock.rs`, `periodic*.rs`): a watchdog,
+//! ManualClock pools, run recorders and a panic log.
 #![allow(dead_code, unused_imports)]
 
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
