@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{wait_until, DropCounter, Latch, HOUR, LONG};
+use common::{block_worker, wait_until, DropCounter, HOUR, LONG};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -159,19 +159,7 @@ fn delay_counts_down_and_is_zero_when_running_or_done() {
     );
     assert!(!far.is_done() && !far.is_cancelled());
 
-    let started = Latch::new();
-    let release = Latch::new();
-    let (s, r) = (started.clone(), release.clone());
-    let mut running = pool
-        .schedule(
-            move || {
-                s.open();
-                r.wait(LONG)
-            },
-            Duration::ZERO,
-        )
-        .unwrap();
-    assert!(started.wait(LONG), "the blocking task started");
+    let (release, mut running) = block_worker(&pool);
     assert_eq!(
         running.delay(),
         Duration::ZERO,

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{wait_until, DropCounter, Latch, HOUR, LONG};
+use common::{block_worker, wait_until, DropCounter, HOUR, LONG};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 use wheelpool::{ScheduleError, ScheduledThreadPool, TaskError};
@@ -115,19 +115,7 @@ fn runs_make_room_again() {
 #[test]
 fn a_running_task_is_not_pending() {
     let pool = bounded(1, 2);
-    let started = Latch::new();
-    let release = Latch::new();
-    let (s, r) = (started.clone(), release.clone());
-    let running = pool
-        .schedule(
-            move || {
-                s.open();
-                r.wait(LONG)
-            },
-            Duration::ZERO,
-        )
-        .unwrap();
-    assert!(started.wait(LONG));
+    let (release, running) = block_worker(&pool);
     assert_eq!(pool.stats().running, 1);
     assert_eq!(pool.stats().pending, 0);
     // Two queued behind the running one fill the bound.

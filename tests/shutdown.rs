@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{wait_until, DropCounter, Latch, HOUR, LONG};
+use common::{block_worker, wait_until, DropCounter, Latch, HOUR, LONG};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::cell::Cell;
@@ -18,24 +18,6 @@ fn pool(threads: usize) -> ScheduledThreadPool {
         .threads(threads)
         .build()
         .expect("build a pool")
-}
-
-/// Blocks the pool's only worker until the returned latch opens; returns once it is blocked.
-fn block_worker(pool: &ScheduledThreadPool) -> (Latch, wheelpool::ScheduledFuture<bool>) {
-    let started = Latch::new();
-    let release = Latch::new();
-    let (s, r) = (started.clone(), release.clone());
-    let f = pool
-        .schedule(
-            move || {
-                s.open();
-                r.wait(LONG)
-            },
-            Duration::ZERO,
-        )
-        .unwrap();
-    assert!(started.wait(LONG), "the blocking task started");
-    (release, f)
 }
 
 #[test]

@@ -144,3 +144,24 @@ pub(crate) fn all_workers_alive(pool: &ScheduledThreadPool, threads: usize) -> b
         f.join_timeout(left) == Some(Ok(true))
     })
 }
+
+/// Blocks one worker of `pool` until the returned latch opens; returns once it is blocked, with
+/// the blocking task's future (it returns true once released).
+pub(crate) fn block_worker(
+    pool: &ScheduledThreadPool,
+) -> (Latch, wheelpool::ScheduledFuture<bool>) {
+    let started = Latch::new();
+    let release = Latch::new();
+    let (s, r) = (started.clone(), release.clone());
+    let f = pool
+        .schedule(
+            move || {
+                s.open();
+                r.wait(LONG)
+            },
+            Duration::ZERO,
+        )
+        .unwrap();
+    assert!(started.wait(LONG), "the blocking task started");
+    (release, f)
+}
