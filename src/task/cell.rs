@@ -78,11 +78,21 @@ impl<J: Job> TaskCell<J> {
         body.stage = Stage::Done(result);
         let waker = body.waker.take();
         drop(body);
-        if let Some(w) = waker {
-            // An executor's wake is not ours to trust: a panic in it must not unwind a worker or
-            // the timer thread half way through their bookkeeping.
-            let _ = catch_unwind(AssertUnwindSafe(move || w.wake()));
-        }
+        wake(waker);
+    }
+
+    /// For a task that just left `SCHEDULED` without running (a cancel or a stop won it): takes
+    /// the closure out and stores `result`, in one critical section. Returns the closure and the
+    /// waiter's waker: the caller drops (or hands back) the closure, then wakes, so a joiner
+    /// that wakes finds the captures gone.
+    fn finish_waiting(&self, result: Result<J::Output, TaskError>) -> (J, Option<Waker>) {
+        let mut body = self.body.lock();
+        let job = match std::mem::replace(&mut body.stage, Stage::Done(result)) {
+            Stage::Waiting(job) => job,
+            _ => broken_invariant("a task left SCHEDULED but its closure was gone"),
+        };
+        let waker = body.waker.take();
+        (job, waker)
     }
 
     /// Takes the closure out of a task that just left `SCHEDULED` (a run, a cancel or a stop won
@@ -180,8 +190,9 @@ impl<J: Job> RawTask for TaskCell<J> {
                 SCHEDULED => {
                     if self.header.state.transition(SCHEDULED, CANCELLED) {
                         // The closure and what it captured go now, not at the deadline.
-                        drop_user(self.take_job());
-                        self.complete(Err(TaskError::Cancelled));
+                        let (job, waker) = self.finish_waiting(Err(TaskError::Cancelled));
+                        drop_user(job);
+                        wake(waker);
                         return Cancelled::Waiting;
                     }
                 }
@@ -203,7 +214,7 @@ impl<J: Job> RawTask for TaskCell<J> {
         if !self.header.state.transition(SCHEDULED, to) {
             return None;
         }
-        let job = self.take_job();
+        let (job, waker) = self.finish_waiting(Err(err));
         let pending = match why {
             Stop::Now => Some(job.into_pending()),
             Stop::Shutdown => {
@@ -211,7 +222,7 @@ impl<J: Job> RawTask for TaskCell<J> {
                 None
             }
         };
-        self.complete(Err(err));
+        wake(waker);
         Some(pending)
     }
 }
@@ -260,6 +271,14 @@ impl<J: Job> TaskResult<J::Output> for TaskCell<J> {
             }
             crate::sync::park_until(deadline);
         }
+    }
+}
+
+/// Wakes whoever waits on a task. An executor's wake is not ours to trust: a panic in it must
+/// not unwind a worker or the timer thread half way through their bookkeeping.
+fn wake(waker: Option<Waker>) {
+    if let Some(w) = waker {
+        let _ = catch_unwind(AssertUnwindSafe(move || w.wake()));
     }
 }
 
