@@ -274,7 +274,7 @@ impl LoomPool {
         let job = Periodic::new(Box::new(f) as PeriodicFn, plan, false);
         let cell = Arc::new(TaskCell::new(job, first.saturating_mul(TICK_NANOS)));
         let raw: TaskRef = cell.clone();
-        self.core.submit(raw, self.core.timer.time.now_nanos())?;
+        self.core.submit(&raw, self.core.timer.time.now_nanos())?;
         Ok(ScheduledFuture::new(cell, self.core.clone()))
     }
 

@@ -145,10 +145,10 @@ impl Core {
     /// Admits and routes a new task (deadline in its header). On error nothing is queued and
     /// the task (with its closure) is dropped by the caller.
     /// `now` is the clock reading the task's deadline was computed from.
-    pub(crate) fn submit(&self, task: TaskRef, now: u64) -> Result<(), ScheduleError> {
+    pub(crate) fn submit(&self, task: &TaskRef, now: u64) -> Result<(), ScheduleError> {
         self.admit()?;
-        self.route(task.clone(), now);
-        self.recheck_stop(&task)
+        self.route(task, now);
+        self.recheck_stop(task)
     }
 
     /// Counts the task in, or refuses it (shutdown, saturation) without a trace.
@@ -170,9 +170,9 @@ impl Core {
     }
 
     /// Due now: straight to a run queue (skipping the wheel). Later: to the timer thread.
-    fn route(&self, task: TaskRef, now: u64) {
+    fn route(&self, task: &TaskRef, now: u64) {
         if task.header().deadline() <= now {
-            self.push_ready(task);
+            self.push_ready(task.clone());
         } else {
             self.timer.submit(task);
         }
@@ -239,7 +239,7 @@ impl Core {
                 self.running.fetch_sub(1, Ordering::Relaxed);
                 // `now` was read before the re-arm: an older reading can only send a task that
                 // just came due through the wheel, never run one early.
-                self.route(task.clone(), now);
+                self.route(task, now);
                 // Err: stopped by shutdown_now after its run; `stop_for_shutdown` did the accounting.
                 let _ = self.recheck_stop(task);
             }

@@ -53,7 +53,7 @@ where
 {
     let cell = Arc::new(TaskCell::new(OneShot::new(f), when.deadline));
     let raw: TaskRef = cell.clone();
-    core.submit(raw, when.now)?;
+    core.submit(&raw, when.now)?;
     Ok(ScheduledFuture::new(cell, core.clone()))
 }
 
@@ -61,10 +61,8 @@ pub(crate) fn execute<F>(core: &Arc<Core>, f: F) -> Result<(), ScheduleError>
 where
     F: FnOnce() + Send + 'static,
 {
-    core.submit(
-        Arc::new(TaskCell::new(OneShot::new(f), NOW.deadline)),
-        NOW.now,
-    )
+    let raw: TaskRef = Arc::new(TaskCell::new(OneShot::new(f), NOW.deadline));
+    core.submit(&raw, NOW.now)
 }
 
 /// Which kind of periodic task.
@@ -101,7 +99,7 @@ where
         first.deadline,
     ));
     let raw: TaskRef = cell.clone();
-    core.submit(raw, first.now)?;
+    core.submit(&raw, first.now)?;
     Ok(ScheduledFuture::new(cell, core.clone()))
 }
 

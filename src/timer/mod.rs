@@ -88,12 +88,12 @@ impl Timer {
 
     /// Puts a `SCHEDULED` task in the wheel for the deadline in its header: directly if the
     /// wheel's lock is free, else through the submission queue.
-    pub(crate) fn submit(&self, task: TaskRef) {
+    pub(crate) fn submit(&self, task: &TaskRef) {
         let tick = self.time.tick_ceil(task.header().deadline());
         if let Some(mut wheel) = self.wheel.try_lock() {
             // Relaxed: `direct` is only touched under the wheel's lock.
             if self.direct.load(Ordering::Relaxed) {
-                insert_unless_cancelled(&mut wheel, tick, &task);
+                insert_unless_cancelled(&mut wheel, tick, task);
                 drop(wheel);
                 // After the unlock: the driver announces its sleep tick under the lock, so this
                 // read sees the tick of any pass that did not see our entry (ground rules).
@@ -101,7 +101,7 @@ impl Timer {
                 return;
             }
         }
-        self.submissions.push(task);
+        self.submissions.push(task.clone());
         if let Some(s) = &self.settle {
             // Counted after the push: a driver that has seen the count has seen the task.
             s.submitted.fetch_add(1, Ordering::SeqCst);
