@@ -272,10 +272,11 @@ impl LoomPool {
             delay: every.saturating_mul(TICK_NANOS),
         };
         let job = Periodic::new(Box::new(f) as PeriodicFn, plan, false);
-        let cell = Arc::new(TaskCell::new(job, first.saturating_mul(TICK_NANOS)));
-        let raw: TaskRef = cell.clone();
-        self.core.submit(&raw, self.core.timer.time.now_nanos())?;
-        Ok(ScheduledFuture::new(cell, self.core.clone()))
+        let when = crate::pool::submit::When {
+            deadline: first.saturating_mul(TICK_NANOS),
+            now: self.core.timer.time.now_nanos(),
+        };
+        crate::pool::submit::submit_job(&self.core, job, when)
     }
 
     /// The body of worker thread `index` (`worker::run`); returns once the pool stops.

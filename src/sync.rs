@@ -207,6 +207,17 @@ mod imp {
 
 pub(crate) use imp::*;
 
+/// Repeats a steal while it says `Retry`: `Some` item, or `None` once the queue is empty.
+pub(crate) fn steal_retrying<T>(mut steal: impl FnMut() -> Steal<T>) -> Option<T> {
+    loop {
+        match steal() {
+            Steal::Success(item) => return Some(item),
+            Steal::Empty => return None,
+            Steal::Retry => continue,
+        }
+    }
+}
+
 /// A waker that unparks the thread that made it: how a blocking `join` waits on the same waker
 /// slot as `.await`, so a task needs no condvar of its own.
 struct ThreadWaker(thread::Thread);

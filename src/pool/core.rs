@@ -333,12 +333,8 @@ impl Core {
         let mut sweep = |task: TaskRef| taken.extend(self.take_back(&task));
         crate::timer::driver::drain_queue(&self.workers.injector, &mut sweep);
         for stealer in &self.workers.stealers {
-            loop {
-                match stealer.steal() {
-                    crate::sync::Steal::Success(task) => sweep(task),
-                    crate::sync::Steal::Empty => break,
-                    crate::sync::Steal::Retry => continue,
-                }
+            while let Some(task) = crate::sync::steal_retrying(|| stealer.steal()) {
+                sweep(task);
             }
         }
         taken

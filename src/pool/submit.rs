@@ -6,7 +6,7 @@ use crate::error::ScheduleError;
 use crate::future::ScheduledFuture;
 use crate::sync::Arc;
 use crate::task::periodic::{Periodic, Plan};
-use crate::task::{OneShot, PeriodicOptions, TaskCell, TaskRef};
+use crate::task::{Job, OneShot, PeriodicOptions, TaskCell, TaskRef};
 use crate::timer::duration_nanos;
 use std::time::{Duration, Instant};
 
@@ -51,7 +51,17 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let cell = Arc::new(TaskCell::new(OneShot::new(f), when.deadline));
+    submit_job(core, OneShot::new(f), when)
+}
+
+/// Builds the task cell for `job`, hands it to the non-generic `Core::submit`, and wraps the
+/// cell in the caller's future: the one tail every scheduling method shares.
+pub(crate) fn submit_job<J: Job>(
+    core: &Arc<Core>,
+    job: J,
+    when: When,
+) -> Result<ScheduledFuture<J::Output>, ScheduleError> {
+    let cell = Arc::new(TaskCell::new(job, when.deadline));
     let raw: TaskRef = cell.clone();
     core.submit(&raw, when.now)?;
     Ok(ScheduledFuture::new(cell, core.clone()))
@@ -94,13 +104,7 @@ where
         },
         _ => return Err(ScheduleError::ZeroPeriod),
     };
-    let cell = Arc::new(TaskCell::new(
-        Periodic::new(f, plan, opts.survives_panics()),
-        first.deadline,
-    ));
-    let raw: TaskRef = cell.clone();
-    core.submit(&raw, first.now)?;
-    Ok(ScheduledFuture::new(cell, core.clone()))
+    submit_job(core, Periodic::new(f, plan, opts.survives_panics()), first)
 }
 
 /// The scheduling methods of `ScheduledThreadPool` and `Handle`: one text, two types. The type

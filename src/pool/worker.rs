@@ -3,7 +3,7 @@
 
 use super::core::{Core, Lifecycle};
 use super::sleep::Sleep;
-use crate::sync::{Arc, AtomicBool, Injector, Ordering, Steal, Stealer, Worker};
+use crate::sync::{steal_retrying, Arc, AtomicBool, Injector, Ordering, Stealer, Worker};
 use crate::task::TaskRef;
 use std::cell::RefCell;
 
@@ -51,7 +51,7 @@ impl WorkerSet {
         let stolen = if core.lifecycle() == Lifecycle::Stop {
             None
         } else {
-            retry(|| self.injector.steal_batch_and_pop(dest))
+            steal_retrying(|| self.injector.steal_batch_and_pop(dest))
         };
         // SeqCst (at least Release): pairs with the load in `quiesce_batches`, publishing the
         // pushes into `dest` before the flag reads clear.
@@ -188,16 +188,5 @@ fn find_task(core: &Core, index: usize) -> Option<TaskRef> {
         return stolen;
     }
     let n = set.stealers.len();
-    (1..n).find_map(|k| retry(|| set.stealers[(index + k) % n].steal()))
-}
-
-/// Repeats a steal while it says `Retry`.
-fn retry(mut steal: impl FnMut() -> Steal<TaskRef>) -> Option<TaskRef> {
-    loop {
-        match steal() {
-            Steal::Success(task) => return Some(task),
-            Steal::Empty => return None,
-            Steal::Retry => continue,
-        }
-    }
+    (1..n).find_map(|k| steal_retrying(|| set.stealers[(index + k) % n].steal()))
 }

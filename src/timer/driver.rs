@@ -7,7 +7,7 @@
 
 use super::{Timer, AWAKE, CANCEL_BATCH};
 use crate::pool::{Core, Lifecycle};
-use crate::sync::{fence, Arc, MutexGuard, Ordering, Steal};
+use crate::sync::{fence, steal_retrying, Arc, MutexGuard, Ordering};
 use crate::task::{state, PendingTask, TaskRef};
 use crate::wheel::Wheel;
 
@@ -142,14 +142,6 @@ impl Driver {
         timer.submissions.is_empty() && timer.cancels_queued.load(Ordering::Relaxed) < CANCEL_BATCH
     }
 
-    /// Locks the wheel and drains both queues into it (a model steps this on its own).
-    #[cfg_attr(not(loom), allow(dead_code))]
-    pub(crate) fn drain(&mut self, life: Lifecycle) {
-        let core = self.core.clone();
-        let mut wheel = core.timer.wheel.lock();
-        self.drain_into(&mut wheel, life);
-    }
-
     /// Submissions into the wheel, then cancels out of it.
     fn drain_into(&mut self, wheel: &mut Wheel<TaskRef>, life: Lifecycle) {
         let core = self.core.clone();
@@ -275,15 +267,10 @@ pub(crate) fn drain_queue<T>(queue: &crate::sync::Injector<T>, each: impl FnMut(
 
 /// Takes up to `limit` items off `queue`, oldest first.
 fn drain_queue_up_to<T>(queue: &crate::sync::Injector<T>, limit: usize, mut each: impl FnMut(T)) {
-    let mut taken = 0;
-    while taken < limit {
-        match queue.steal() {
-            Steal::Success(item) => {
-                taken += 1;
-                each(item);
-            }
-            Steal::Empty => break,
-            Steal::Retry => continue,
+    for _ in 0..limit {
+        match steal_retrying(|| queue.steal()) {
+            Some(item) => each(item),
+            None => break,
         }
     }
 }
