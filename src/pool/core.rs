@@ -7,8 +7,8 @@
 //!   shutdown path stores `lifecycle` before the driver reads `outstanding`. So either the
 //!   submitter sees the shutdown and backs out, or the driver sees the task and waits for it.
 //! - After `shutdown_now`'s sweep nobody drains the queues, so every push is followed by
-//!   `fence(SeqCst)` (the one in `Sleep::notify` or `Timer::submit`) and a second look at
-//!   `lifecycle`: if it reads `Stop`, the pusher tries to
+//!   `fence(SeqCst)` (the one in `Sleep::notify` or `Timer::submit`; a direct wheel insert is
+//!   ordered by the wheel's lock instead) and a second look at `lifecycle`: if it reads `Stop`, the pusher tries to
 //!   stop the task itself. The task's CAS out of `SCHEDULED` decides who owns it: the sweep
 //!   (returned by `shutdown_now`), the pusher (the schedule fails with `Shutdown`), or a worker
 //!   that had already taken it (it runs). Exactly one of them.
@@ -180,9 +180,11 @@ impl Core {
 
     /// After a push: if `shutdown_now` may have swept already, try to take the task back.
     fn recheck_stop(&self, task: &TaskRef) -> Result<(), ScheduleError> {
-        // Both push paths (`push_ready` through `Sleep::notify`, and `Timer::submit`) end with
-        // a SeqCst fence after the push, so this SeqCst load is ordered after the push: it pairs
-        // with the SeqCst lifecycle store in `shutdown_now` (ground rules).
+        // The queue pushes (`push_ready` through `Sleep::notify`, and `Timer::submit`'s
+        // fallback) end with a SeqCst fence, so this SeqCst load is ordered after the push: it
+        // pairs with the SeqCst lifecycle store in `shutdown_now` (ground rules). A direct
+        // insert into the wheel needs no fence: the wheel's lock orders it against the timer
+        // thread's final drain, which closes the direct path first.
         if self.lifecycle.load(Ordering::SeqCst) == STOP && self.stop_for_shutdown(task) {
             return Err(ScheduleError::Shutdown);
         }
