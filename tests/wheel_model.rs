@@ -62,6 +62,9 @@ enum Op {
     Forward(u64),
     /// Poll at `now - d` (saturating): must clamp to `now`.
     Backward(u64),
+    /// Poll at `now + d` (saturating) with a bounded budget: one step, maybe unfinished, so
+    /// later operations meet the wheel half way through a poll.
+    Step(u64, usize),
     /// Poll at `next_expiration()` until something comes out.
     RunToNext,
 }
@@ -90,6 +93,7 @@ fn op() -> impl Strategy<Value = Op> {
         4 => any::<usize>().prop_map(Op::Remove),
         4 => distance().prop_map(Op::Forward),
         1 => distance().prop_map(Op::Backward),
+        3 => (distance(), 0..20usize).prop_map(|(d, b)| Op::Step(d, b)),
         2 => Just(Op::RunToNext),
     ]
 }
@@ -160,9 +164,16 @@ impl Run {
 
     /// Polls at `at` and checks the yield against the reference; returns how many came out.
     fn poll(&mut self, at: u64) -> usize {
+        self.poll_bounded(at, usize::MAX)
+    }
+
+    /// One bounded poll at `at`; checks the yield, and that nothing is left behind when it
+    /// says it finished.
+    fn poll_bounded(&mut self, at: u64, budget: usize) -> usize {
         let before = self.wheel.now();
         let mut out = Vec::new();
-        self.wheel.poll_expired(at, &mut out);
+        let finished = self.wheel.poll_expired_bounded(at, budget, &mut out);
+        assert!(out.len() <= budget, "over budget");
         let target = at.max(before);
         assert_eq!(self.wheel.now(), target, "time is clamped, never goes back");
         let mut seen = HashSet::new();
@@ -178,7 +189,7 @@ impl Run {
                 "not live"
             );
         }
-        if let Some((&(deadline, id), _)) = self.reference.first_key_value() {
+        if let Some((&(deadline, id), _)) = self.reference.first_key_value().filter(|_| finished) {
             assert!(
                 deadline > target,
                 "lost: id {id} due {deadline}, now {target}"
@@ -255,6 +266,9 @@ impl Run {
             }
             Op::Backward(d) => {
                 self.poll(now.saturating_sub(d));
+            }
+            Op::Step(d, budget) => {
+                self.poll_bounded(now.saturating_add(d), budget);
             }
             Op::RunToNext => self.run_to_next(),
         }

@@ -38,6 +38,7 @@
 mod bits;
 mod key;
 mod level;
+mod poll;
 mod slab;
 
 use std::fmt;
@@ -83,15 +84,44 @@ pub use key::Key;
 /// assert!(wheel.is_empty());
 /// ```
 pub struct Wheel<T> {
-    /// The tick the wheel stands at.
+    /// The tick the wheel has been polled to: time as its user sees it.
     now: u64,
-    /// Entries inserted with `deadline <= now`: due at the next poll.
+    /// The tick slot positions are relative to: `now`, or earlier while a bounded poll has
+    /// not caught up (see the ground rules).
+    cursor: u64,
+    /// Entries ready to come out: inserted with `deadline <= now`.
     due: List,
+    /// A slot taken out of its level and not yet fully cascaded.
+    cascading: Cascade,
     /// The levels, finest first. Boxed: 2.9 KB would make every move of a `Wheel` costly.
     levels: Box<[Level; NUM_LEVELS]>,
     /// Storage for every entry.
     slab: Slab<T>,
 }
+
+/// The slot a bounded poll is cascading: its remaining entries, and the level and slot they
+/// were linked at (their `place` still says that level, which is how `remove` finds them).
+#[derive(Clone, Copy)]
+struct Cascade {
+    list: List,
+    level: usize,
+    slot: usize,
+}
+
+impl Cascade {
+    const NONE: Cascade = Cascade {
+        list: List::EMPTY,
+        level: usize::MAX,
+        slot: usize::MAX,
+    };
+
+    fn holds(&self, level: usize, slot: usize) -> bool {
+        self.level == level && self.slot == slot
+    }
+}
+
+/// `place` of a node in the due list (levels use their index, 0 to 10).
+const DUE: u8 = u8::MAX;
 
 impl<T> Wheel<T> {
     /// Bytes of slab storage per entry, the value included (see the module docs on memory).
@@ -141,7 +171,9 @@ impl<T> Wheel<T> {
     pub fn with_capacity(capacity: usize) -> Self {
         Wheel {
             now: 0,
+            cursor: 0,
             due: List::EMPTY,
+            cascading: Cascade::NONE,
             levels: Box::new([Level::EMPTY; NUM_LEVELS]),
             slab: Slab::with_capacity(capacity),
         }
@@ -244,7 +276,7 @@ impl<T> Wheel<T> {
     pub fn insert(&mut self, deadline: u64, value: T) -> Key {
         let (index, generation) = self.slab.insert(deadline, value);
         if deadline <= self.now {
-            self.slab.push_front(&mut self.due, index);
+            self.push_due(index);
         } else {
             self.link(index, deadline);
         }
@@ -274,12 +306,7 @@ impl<T> Wheel<T> {
     /// ```
     pub fn remove(&mut self, key: Key) -> Option<T> {
         let deadline = self.slab.live_deadline(key.index, key.generation)?;
-        if deadline <= self.now {
-            self.slab.unlink(&mut self.due, key.index);
-        } else {
-            let level = level_for(self.now, deadline);
-            self.levels[level].unlink(&mut self.slab, slot_for(deadline, level), key.index);
-        }
+        self.unlink(key.index, deadline);
         Some(self.slab.vacate(key.index))
     }
 
@@ -323,10 +350,11 @@ impl<T> Wheel<T> {
     /// ```
     #[must_use]
     pub fn next_expiration(&self) -> Option<u64> {
-        if !self.due.is_empty() {
+        if !self.due.is_empty() || !self.cascading.list.is_empty() {
             return Some(self.now);
         }
-        self.next_slot().map(|(_, _, start)| start)
+        // A bounded poll may have left slots behind `now`: they are work for the next poll.
+        self.next_slot().map(|(_, _, start)| start.max(self.now))
     }
 
     /// Advances the wheel to tick `now` and pushes onto `out` the value of every entry whose
@@ -354,20 +382,7 @@ impl<T> Wheel<T> {
     /// assert_eq!(wheel.now(), u64::MAX);
     /// ```
     pub fn poll_expired(&mut self, now: u64, out: &mut Vec<T>) {
-        let target = now.max(self.now);
-        let due = mem::replace(&mut self.due, List::EMPTY);
-        self.vacate_list(due, out);
-        while let Some((level, slot, start)) = self.next_slot() {
-            if start > target {
-                break;
-            }
-            // Nothing is due before `start`, so the wheel may stand there while it cascades.
-            self.now = start;
-            self.cascade(level, slot, target, out);
-        }
-        // Every entry left sits in a slot that starts after `target`, inside the blocks of
-        // `target` too, so it is still at the right level and slot for the new `now`.
-        self.now = target;
+        self.poll_expired_bounded(now, usize::MAX, out);
     }
 
     /// Removes every entry and pushes its value onto `out`, roughly in deadline order; `now` is
@@ -391,6 +406,8 @@ impl<T> Wheel<T> {
         out.reserve(self.len());
         let due = mem::replace(&mut self.due, List::EMPTY);
         self.vacate_list(due, out);
+        let cascading = mem::replace(&mut self.cascading, Cascade::NONE);
+        self.vacate_list(cascading.list, out);
         for level in 0..NUM_LEVELS {
             while let Some(slot) = self.levels[level].next_occupied(0) {
                 let list = self.levels[level].take_slot(slot);
@@ -419,42 +436,51 @@ impl<T> Wheel<T> {
     /// assert_eq!(wheel.remove(keys[5]), Some(5));
     /// ```
     pub fn shrink_to_fit(&mut self) {
-        self.slab.shrink_to_fit();
+        if self.is_empty() {
+            self.slab.release(); // O(1): nothing to keep
+        } else {
+            self.slab.shrink_to_fit();
+        }
     }
 
     /// Links the occupied node `index`, due at `deadline > now`, into its slot.
     fn link(&mut self, index: u32, deadline: u64) {
-        debug_assert!(deadline > self.now);
-        let level = level_for(self.now, deadline);
+        debug_assert!(deadline > self.cursor);
+        let level = level_for(self.cursor, deadline);
+        self.slab.set_place(index, level as u8);
         self.levels[level].push(&mut self.slab, slot_for(deadline, level), index);
+    }
+
+    /// Puts the occupied node `index` on the due list.
+    fn push_due(&mut self, index: u32) {
+        self.slab.set_place(index, DUE);
+        self.slab.push_front(&mut self.due, index);
+    }
+
+    /// Takes the occupied node `index`, due at `deadline`, out of whichever list holds it.
+    fn unlink(&mut self, index: u32, deadline: u64) {
+        match self.slab.place(index) {
+            DUE => self.slab.unlink(&mut self.due, index),
+            place => {
+                let level = usize::from(place);
+                let slot = slot_for(deadline, level);
+                if self.cascading.holds(level, slot) {
+                    self.slab.unlink(&mut self.cascading.list, index);
+                } else {
+                    self.levels[level].unlink(&mut self.slab, slot, index);
+                }
+            }
+        }
     }
 
     /// The earliest non-empty slot as `(level, slot, first tick)`.
     fn next_slot(&self) -> Option<(usize, usize, u64)> {
         let level = self.levels.iter().position(|level| !level.is_empty())?;
-        let current = slot_for(self.now, level);
+        let current = slot_for(self.cursor, level);
         let slot = self.levels[level].next_occupied(current)?;
-        // Entries at a level are after `now`'s slot there (ground rules), so no wrap-around.
+        // Entries at a level are after the cursor's slot there (ground rules): no wrap-around.
         debug_assert!(slot > current, "wheel: entry at or before the current slot");
-        Some((level, slot, bits::slot_start(self.now, level, slot)))
-    }
-
-    /// Empties `slot` of `level` (whose first tick is `self.now`): entries due by `target` go to
-    /// `out`, the others move to a lower level.
-    fn cascade(&mut self, level: usize, slot: usize, target: u64, out: &mut Vec<T>) {
-        let mut at = self.levels[level].take_slot(slot).head();
-        while at != NIL {
-            // Read the link first: vacating or relinking the node overwrites it.
-            let next = self.slab.next(at);
-            let deadline = self.slab.deadline(at);
-            if deadline <= target {
-                out.push(self.slab.vacate(at));
-            } else {
-                debug_assert!(level_for(self.now, deadline) < level);
-                self.link(at, deadline);
-            }
-            at = next;
-        }
+        Some((level, slot, bits::slot_start(self.cursor, level, slot)))
     }
 
     /// Vacates every node of the detached `list`, pushing the values onto `out`.

@@ -17,12 +17,15 @@ use std::mem;
 /// "No node": the end of a list, or an empty list.
 pub(super) const NIL: u32 = u32::MAX;
 
-/// One entry's storage: 20 bytes of bookkeeping plus `Option<T>`, rounded up to 8. That is 24
+/// One entry's storage: 21 bytes of bookkeeping plus `Option<T>`, rounded up to 8. That is 24
 /// bytes for `T = ()` and 32 for a pointer-sized `T` with a niche (`Arc`, `Box`); see the size
 /// test below.
 pub(super) struct Node<T> {
     /// Absolute tick at which the entry is due.
     deadline: u64,
+    /// Which list holds the node: the wheel level it was linked at, or the wheel's own marker
+    /// for its due list. Set by the wheel; it fills padding, so it costs no byte.
+    place: u8,
     /// Previous node in this node's list, or [`NIL`] at the head.
     prev: u32,
     /// Next node in this node's list (or in the free list when vacant), or [`NIL`].
@@ -67,6 +70,8 @@ pub(super) struct Slab<T> {
     /// Generation given to nodes created from now on; stays above every generation a truncated
     /// node had, so keys to truncated nodes stay stale when the slab grows back.
     fresh_generation: u32,
+    /// The highest generation any node has had, so `release` can keep old keys stale.
+    max_generation: u32,
 }
 
 impl<T> Slab<T> {
@@ -77,6 +82,7 @@ impl<T> Slab<T> {
             free: NIL,
             len: 0,
             fresh_generation: 1,
+            max_generation: 1,
         }
     }
 
@@ -100,6 +106,7 @@ impl<T> Slab<T> {
             let node = &mut self.nodes[index as usize];
             self.free = node.next;
             node.deadline = deadline;
+            node.place = 0;
             node.prev = NIL;
             node.next = NIL;
             node.value = Some(value);
@@ -118,8 +125,10 @@ impl<T> Slab<T> {
             index < NIL as usize,
             "wheel: more than u32::MAX - 1 entries"
         );
+        self.max_generation = self.max_generation.max(self.fresh_generation);
         self.nodes.push(Node {
             deadline,
+            place: 0,
             prev: NIL,
             next: NIL,
             generation: self.fresh_generation,
@@ -139,6 +148,37 @@ impl<T> Slab<T> {
         self.nodes[index as usize].deadline
     }
 
+    /// Which list holds node `index` (see [`Node::place`]).
+    pub(super) fn place(&self, index: u32) -> u8 {
+        self.nodes[index as usize].place
+    }
+
+    /// Records which list holds node `index`.
+    pub(super) fn set_place(&mut self, index: u32, place: u8) {
+        self.nodes[index as usize].place = place;
+    }
+
+    /// The value of node `index` if it is occupied (for scans over the slab).
+    pub(super) fn value(&self, index: u32) -> Option<&T> {
+        self.nodes.get(index as usize)?.value.as_ref()
+    }
+
+    /// Number of nodes, occupied or vacant: the range of indices a scan covers.
+    pub(super) fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Forgets every node and releases the storage, in O(1) plus the allocator's free. Only for
+    /// an empty slab. Keys issued before stay stale: indices past the new end are refused, and
+    /// reused ones get generations above every one issued so far.
+    pub(super) fn release(&mut self) {
+        debug_assert_eq!(self.len, 0);
+        self.fresh_generation = bump(self.max_generation);
+        self.max_generation = self.fresh_generation;
+        self.nodes = Vec::new();
+        self.free = NIL;
+    }
+
     /// The node after `index` in its list.
     pub(super) fn next(&self, index: u32) -> u32 {
         self.nodes[index as usize].next
@@ -150,6 +190,7 @@ impl<T> Slab<T> {
         let node = &mut self.nodes[index as usize];
         let value = node.value.take().expect("wheel: vacating a vacant node");
         node.generation = bump(node.generation);
+        self.max_generation = self.max_generation.max(node.generation);
         node.next = self.free;
         self.free = index;
         self.len -= 1;
@@ -231,7 +272,7 @@ mod tests {
     #[test]
     #[cfg(target_pointer_width = "64")]
     fn node_size_without_value_is_small() {
-        // 8 (deadline) + 3 * 4 (links, generation) + Option<()> tag, padded to 8.
+        // 8 (deadline) + 3 * 4 (links, generation) + place + Option<()> tag, padded to 8.
         assert_eq!(Slab::<()>::NODE_SIZE, 24);
         // A pointer-sized value with a niche (Arc, Box) fits in 8 more bytes.
         assert_eq!(Slab::<Box<u8>>::NODE_SIZE, 32);

@@ -4,13 +4,26 @@
 use super::*;
 use std::collections::BTreeSet;
 
-/// Checks the ground rules: every entry is in the list its deadline and `now` name, the bitmaps
-/// match the lists, and `len` counts them all.
+/// Checks the ground rules: every entry is in the list its deadline, the cursor and its place
+/// name, the bitmaps match the lists, and `len` counts them all.
 fn check_invariants<T>(wheel: &Wheel<T>) {
+    wheel.check_cascade_rules();
     let mut seen = 0;
     let mut at = wheel.due.head();
     while at != NIL {
         assert!(wheel.slab.deadline(at) <= wheel.now);
+        assert_eq!(wheel.slab.place(at), DUE);
+        seen += 1;
+        at = wheel.slab.next(at);
+    }
+    let mut at = wheel.cascading.list.head();
+    while at != NIL {
+        let deadline = wheel.slab.deadline(at);
+        assert_eq!(usize::from(wheel.slab.place(at)), wheel.cascading.level);
+        assert_eq!(
+            slot_for(deadline, wheel.cascading.level),
+            wheel.cascading.slot
+        );
         seen += 1;
         at = wheel.slab.next(at);
     }
@@ -25,8 +38,9 @@ fn check_invariants<T>(wheel: &Wheel<T>) {
             let mut at = list.head();
             while at != NIL {
                 let deadline = wheel.slab.deadline(at);
-                assert!(deadline > wheel.now);
-                assert_eq!(level_for(wheel.now, deadline), l);
+                assert!(deadline > wheel.cursor);
+                assert_eq!(level_for(wheel.cursor, deadline), l);
+                assert_eq!(usize::from(wheel.slab.place(at)), l);
                 assert_eq!(slot_for(deadline, l), slot);
                 seen += 1;
                 at = wheel.slab.next(at);
@@ -255,4 +269,49 @@ fn debug_shows_position_without_values() {
     wheel.insert(9, Opaque);
     let text = format!("{wheel:?}");
     assert!(text.contains("now: 0") && text.contains("len: 1"), "{text}");
+}
+
+/// A storm of equal deadlines comes out in bounded steps, with inserts and removes between the
+/// steps, and nothing is early, lost or doubled.
+#[test]
+fn bounded_polls_interleave_with_inserts_and_removes() {
+    let mut wheel = Wheel::new();
+    let mut keys = Vec::new();
+    for i in 0..2_000u64 {
+        keys.push(wheel.insert(5_000 + (i % 3), i)); // one level-2 slot
+    }
+    wheel.insert(100_000, 99_999); // far: must stay
+    let mut out = Vec::new();
+    let mut removed = Vec::new();
+    let mut steps = 0u64;
+    while !wheel.poll_expired_bounded(5_001, 64, &mut out) {
+        steps += 1;
+        check_invariants(&wheel);
+        assert_eq!(wheel.next_expiration(), Some(5_001));
+        // Remove a few that have not come out yet (keys of those that did are stale: fine).
+        for key in keys.drain(..3.min(keys.len())) {
+            removed.extend(wheel.remove(key));
+        }
+        // Inserts between steps: one already due, one later than the poll's target.
+        wheel.insert(4_000, 10_000 + steps);
+        wheel.insert(5_002, 20_000 + steps);
+        assert!(out.len() as u64 <= 64 * (steps + 1));
+    }
+    check_invariants(&wheel);
+    assert!(steps > 10, "a storm takes many bounded steps, took {steps}");
+    let mut expected: Vec<u64> = (0..2_000u64)
+        .filter(|i| i % 3 != 2 && !removed.contains(i))
+        .chain((1..=steps).map(|s| 10_000 + s))
+        .collect();
+    expected.sort_unstable();
+    let mut got = out.clone();
+    got.sort_unstable();
+    assert_eq!(got, expected, "exactly the due entries, once each");
+    let mut rest = Vec::new();
+    wheel.poll_expired(u64::MAX, &mut rest);
+    assert_eq!(
+        out.len() + rest.len() + removed.len(),
+        2_001 + 2 * steps as usize
+    );
+    check_invariants(&wheel);
 }
