@@ -3,7 +3,7 @@
 //!
 //! Run: `cargo bench --bench hot_paths`
 
-#[cfg(not(loom))]
+#[cfg(not(wheelpool_loom))]
 mod benches {
     use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -117,8 +117,8 @@ mod benches {
     }
 }
 
-#[cfg(not(loom))]
+#[cfg(not(wheelpool_loom))]
 criterion::criterion_main!(benches::hot_paths);
 
-#[cfg(loom)]
+#[cfg(wheelpool_loom)]
 fn main() {}

@@ -25,7 +25,7 @@
 //!
 //! Run: `cargo bench --bench wheel -- --measurement-time 2 --warm-up-time 1 --sample-size 20`.
 
-#[cfg(not(loom))]
+#[cfg(not(wheelpool_loom))]
 mod bench {
     use std::cmp::Reverse;
     use std::collections::BinaryHeap;
@@ -284,9 +284,9 @@ mod bench {
     criterion::criterion_group!(benches, all);
 }
 
-#[cfg(not(loom))]
+#[cfg(not(wheelpool_loom))]
 criterion::criterion_main!(bench::benches);
 
 /// Under `--cfg loom` criterion is not a dependency: nothing to run.
-#[cfg(loom)]
+#[cfg(wheelpool_loom)]
 fn main() {}

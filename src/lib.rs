@@ -92,7 +92,7 @@
 
 mod error;
 mod future;
-#[cfg(loom)]
+#[cfg(wheelpool_loom)]
 #[doc(hidden)]
 pub mod loom_api;
 mod pool;

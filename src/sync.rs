@@ -1,13 +1,14 @@
 //! The loom shim: every synchronisation primitive the crate uses comes from here.
 //!
-//! Normally these are `std` atomics, `parking_lot` locks and `crossbeam-deque` queues. Under
-//! `--cfg loom` they become loom's types, so the models in `tests/loom_*.rs` explore the real crate
-//! code. crossbeam-deque and parking_lot are not loom-aware, so under loom the queues are a
+//! Normally these are `std` atomics, `parking_lot` locks and `crossbeam-deque` queues. Under the
+//! crate's own `--cfg wheelpool_loom` they become loom's types, so the loom models explore the
+//! real crate code. (Never a bare `cfg(loom)`: that would switch a downstream crate's copy of
+//! us to loom's types in its own loom tests.) crossbeam-deque and parking_lot are not loom-aware, so under loom the queues are a
 //! `Mutex<VecDeque>` behind the same small interface and the locks are loom's.
 //!
 //! Crate code never imports `std::sync`, `parking_lot` or `crossbeam_deque` directly.
 
-#[cfg(not(loom))]
+#[cfg(not(wheelpool_loom))]
 mod imp {
     pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard};
     pub(crate) use std::sync::atomic::{
@@ -33,7 +34,7 @@ mod imp {
     }
 }
 
-#[cfg(loom)]
+#[cfg(wheelpool_loom)]
 mod imp {
     pub(crate) use loom::sync::atomic::{
         fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering,
@@ -241,7 +242,7 @@ pub(crate) fn current_thread_waker() -> std::task::Waker {
 /// Under loom there is no timed park: a model must unpark.
 pub(crate) fn park_until(deadline: Option<std::time::Instant>) {
     match deadline {
-        #[cfg(not(loom))]
+        #[cfg(not(wheelpool_loom))]
         Some(d) => {
             let now = std::time::Instant::now();
             if d > now {
@@ -251,6 +252,9 @@ pub(crate) fn park_until(deadline: Option<std::time::Instant>) {
         _ => thread::park(),
     }
 }
+
+/// Cache-line padding for atomics and locks that different threads hit at once.
+pub(crate) use crossbeam_utils::CachePadded;
 
 /// Reference counting is not part of any protocol we model, and loom's `Arc` has no `Weak`
 /// (which `Handle` needs), so both builds use std's.

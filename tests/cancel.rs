@@ -1,5 +1,5 @@
 //! Cancel: before, while and after a run; memory freed at once; from other threads; under races.
-#![cfg(not(loom))]
+#![cfg(not(wheelpool_loom))]
 
 mod common;
 

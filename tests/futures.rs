@@ -1,5 +1,5 @@
 //! `ScheduledFuture`: `.await`, `join_timeout`, wake-ups on completion and on cancel, detaching.
-#![cfg(not(loom))]
+#![cfg(not(wheelpool_loom))]
 
 mod common;
 

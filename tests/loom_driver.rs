@@ -13,7 +13,7 @@
 //! the wheel's next expiration: from then on its real (timed) park would wake in time for every
 //! other entry, submitted or not yet drained, whose deadline is later.
 
-#![cfg(loom)]
+#![cfg(wheelpool_loom)]
 
 mod loom_common;
 

@@ -6,7 +6,7 @@
 //! result and stores its waker under the same lock. A lost wake-up leaves `block_on` (or the
 //! condvar wait) blocked with every other thread finished, which loom reports as a deadlock.
 
-#![cfg(loom)]
+#![cfg(wheelpool_loom)]
 
 mod loom_common;
 

@@ -7,7 +7,7 @@
 //!   winning, then the driver inserting: the cancel is queued after its CAS, so the next
 //!   `drain_cancels` finds the key that `place` stored.
 
-#![cfg(loom)]
+#![cfg(wheelpool_loom)]
 
 mod loom_common;
 

@@ -5,7 +5,7 @@
 //! None is both, none is neither: a task left queued after `shutdown_now` with its schedule
 //! accepted would never finish, and its future's `join` would block (loom: deadlock).
 
-#![cfg(loom)]
+#![cfg(wheelpool_loom)]
 
 mod loom_common;
 

@@ -6,7 +6,7 @@
 //!   the task would block too: loom reports the deadlock.
 //! - No thundering herd: one push wakes at most one sleeper.
 
-#![cfg(loom)]
+#![cfg(wheelpool_loom)]
 
 mod loom_common;
 

@@ -4,7 +4,7 @@
 //! the CAS out of `SCHEDULED`, the loser sees the right state, the closure is dropped exactly
 //! once, and the future's result is exactly one of value / `Cancelled`.
 
-#![cfg(loom)]
+#![cfg(wheelpool_loom)]
 
 mod loom_common;
 

@@ -1,4 +1,4 @@
-#![cfg(not(loom))]
+#![cfg(not(wheelpool_loom))]
 //! `ManualClock` semantics for one-shot tasks: `advance` runs exactly what is due and returns
 //! when it has run, tasks see `now()` equal to their deadline, `schedule_at` takes instants on
 //! the clock's time line, several pools share one clock, and `advance` with nothing pending

@@ -1,6 +1,6 @@
 //! One-shot tasks: values, deadlines (never early), edge-case delays, handles, worker-local
 //! scheduling, builder errors, thread names and stats.
-#![cfg(not(loom))]
+#![cfg(not(wheelpool_loom))]
 
 mod common;
 

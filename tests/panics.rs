@@ -1,5 +1,5 @@
 //! Panics: caught per run, reported through the future and the handler, never fatal to a worker.
-#![cfg(not(loom))]
+#![cfg(not(wheelpool_loom))]
 
 mod common;
 

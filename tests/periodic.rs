@@ -1,4 +1,4 @@
-#![cfg(not(loom))]
+#![cfg(not(wheelpool_loom))]
 //! Periodic tasks under the `ManualClock`: deterministic, no real sleeping.
 //!
 //! Every test builds its own clock and pool. A run "takes time" by calling `clock.advance` from

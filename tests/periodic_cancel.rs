@@ -1,4 +1,4 @@
-#![cfg(not(loom))]
+#![cfg(not(wheelpool_loom))]
 //! Cancelling periodic tasks under the `ManualClock`: from inside the task, while waiting,
 //! and racing the re-arm; a cancel that returned true is never followed by a new run.
 //!

@@ -1,4 +1,4 @@
-#![cfg(not(loom))]
+#![cfg(not(wheelpool_loom))]
 //! Periodic tasks meeting panics and shutdown under the `ManualClock`: a panic stops the task
 //! unless it opted to survive; `shutdown` stops periodic tasks after their current run while
 //! one-shots still run; `shutdown_now` hands waiting ones back.

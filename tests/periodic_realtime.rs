@@ -1,4 +1,4 @@
-#![cfg(not(loom))]
+#![cfg(not(wheelpool_loom))]
 //! Periodic tasks on the system clock. Bounds are generous and one-sided: runs happen, none
 //! early, none overlapping, none after a cancel; nothing here asserts speed. Waiting is on
 //! channels and futures with long timeouts, never a sleep; a run "takes time" by spinning or

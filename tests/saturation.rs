@@ -1,6 +1,6 @@
 //! `max_pending`: past the bound a schedule fails with `Saturated`, nothing is half inserted, and
 //! room comes back when tasks leave.
-#![cfg(not(loom))]
+#![cfg(not(wheelpool_loom))]
 
 mod common;
 

@@ -1,6 +1,6 @@
 //! Shutdown: `shutdown`, `shutdown_now`, termination, dropping the pool, handles after the pool,
 //! and the accounting identity under concurrent scheduling.
-#![cfg(not(loom))]
+#![cfg(not(wheelpool_loom))]
 
 mod common;
 

@@ -5,7 +5,7 @@
 //! Sizes keep the default `cargo test` fast. `WHEELPOOL_STRESS_FULL=1` runs the large versions
 //! (1M timers, a longer mixed run); build with `--release` for those.
 
-#![cfg(not(loom))]
+#![cfg(not(wheelpool_loom))]
 
 use rand::{Rng, SeedableRng};
 use std::cell::Cell;

@@ -15,7 +15,7 @@
 //! 256 cases of up to 200 operations by default (plus 32 of up to 2000); set `PROPTEST_CASES`
 //! for more.
 
-#![cfg(not(loom))]
+#![cfg(not(wheelpool_loom))]
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};

@@ -337,7 +337,7 @@ impl Builder {
             Some(c) => Clock::Manual(c.clone()),
             None => Clock::System,
         };
-        let timer = Timer::new(TimeBase::new(clock, self.tick));
+        let timer = Timer::new(TimeBase::new(clock, self.tick), threads);
         let (set, locals) = WorkerSet::new(threads);
         let core = Arc::new(Core::new(
             timer,

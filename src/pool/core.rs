@@ -17,27 +17,17 @@
 
 use super::worker::{self, WorkerSet};
 use crate::error::ScheduleError;
-use crate::sync::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{AtomicU64, AtomicU8, AtomicUsize, Condvar, Mutex, Ordering};
 use crate::task::{
     drop_user, state, Cancelled, MissedTicks, PendingTask, RunEnv, RunOutcome, Stop, TaskRef,
 };
-use crate::timer::Timer;
+pub(crate) use crate::timer::Lifecycle;
+use crate::timer::{ClockListener, Host, Timer};
 use std::any::Any;
 use std::time::Instant;
 
 /// The user's panic handler.
 pub(crate) type PanicHandler = Box<dyn Fn(Box<dyn Any + Send>) + Send + Sync>;
-
-/// Where the pool is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Lifecycle {
-    /// Taking tasks.
-    Running,
-    /// `shutdown`: no new tasks; waiting one-shots still run; periodic tasks stop.
-    Shutdown,
-    /// `shutdown_now`: nothing new starts.
-    Stop,
-}
 
 const RUNNING: u8 = 0;
 const SHUTDOWN: u8 = 1;
@@ -66,7 +56,6 @@ pub(crate) struct Core {
     pub(crate) missed_ticks: MissedTicks,
     handoff: Mutex<Handoff>,
     handoff_ready: Condvar,
-    driver_gone: AtomicBool,
     /// Pool threads still alive; `terminated` is signalled when it reaches zero.
     live_threads: Mutex<usize>,
     terminated: Condvar,
@@ -114,7 +103,6 @@ impl Core {
             missed_ticks,
             handoff: Mutex::new(Handoff::default()),
             handoff_ready: Condvar::new(),
-            driver_gone: AtomicBool::new(false),
             live_threads: Mutex::new(threads),
             terminated: Condvar::new(),
         }
@@ -136,8 +124,7 @@ impl Core {
     }
 
     pub(crate) fn driver_gone(&self) -> bool {
-        // SeqCst: pairs with the store in `driver_exited`.
-        self.driver_gone.load(Ordering::SeqCst)
+        self.timer.driver_gone()
     }
 
     // ---- submission -------------------------------------------------------------------------
@@ -147,7 +134,7 @@ impl Core {
     /// `now` is the clock reading the task's deadline was computed from.
     pub(crate) fn submit(&self, task: &TaskRef, now: u64) -> Result<(), ScheduleError> {
         self.admit()?;
-        self.route(task, now);
+        self.route(task, now)?;
         self.recheck_stop(task)
     }
 
@@ -169,13 +156,16 @@ impl Core {
         Ok(())
     }
 
-    /// Due now: straight to a run queue (skipping the wheel). Later: to the timer thread.
-    fn route(&self, task: &TaskRef, now: u64) {
+    /// Due now: straight to a run queue (skipping the wheel). Later: into its shard's wheel,
+    /// unless the shard is closed to it by a shutdown; then the task is stopped here.
+    fn route(&self, task: &TaskRef, now: u64) -> Result<(), ScheduleError> {
         if task.header().deadline() <= now {
             self.push_ready(task.clone());
-        } else {
-            self.timer.submit(task);
+        } else if self.timer.submit(task).is_err() {
+            self.stop_for_shutdown(task);
+            return Err(ScheduleError::Shutdown);
         }
+        Ok(())
     }
 
     /// After a push: if `shutdown_now` may have swept already, try to take the task back.
@@ -240,10 +230,11 @@ impl Core {
                 }
                 self.running.fetch_sub(1, Ordering::Relaxed);
                 // `now` was read before the re-arm: an older reading can only send a task that
-                // just came due through the wheel, never run one early.
-                self.route(task, now);
-                // Err: stopped by shutdown_now after its run; `stop_for_shutdown` did the accounting.
-                let _ = self.recheck_stop(task);
+                // just came due through the wheel, never run one early. Err: a shutdown stopped
+                // it after its run; `stop_for_shutdown` did the accounting.
+                if self.route(task, now).is_ok() {
+                    let _ = self.recheck_stop(task);
+                }
             }
         }
         self.settle_left_pool();
@@ -280,7 +271,7 @@ impl Core {
         if outcome == Cancelled::Waiting {
             self.cancelled.fetch_add(1, Ordering::Relaxed);
             self.task_ended();
-            self.timer.cancelled(task.clone());
+            self.timer.cancelled(task);
         }
     }
 
@@ -323,7 +314,8 @@ impl Core {
             // On the timer thread itself (executor code it ran, a waker, dropped the last pool
             // reference) waiting would wait for ourselves: the driver sees the stop when that
             // code returns, and what it held is dropped with the pool, not handed back.
-            let waiting_is_possible = !crate::timer::driver::on_timer_thread_of(self);
+            let me = self as *const Core as *const ();
+            let waiting_is_possible = !crate::timer::driver::on_timer_thread_of(me);
             while !handoff.driver_done && waiting_is_possible {
                 handoff = crate::sync::wait_until(&self.handoff_ready, handoff, None);
             }
@@ -333,7 +325,9 @@ impl Core {
         // injector into its deque (see `WorkerSet::quiesce_batches`).
         self.workers.quiesce_batches();
         let mut sweep = |task: TaskRef| taken.extend(self.take_back(&task));
-        crate::timer::driver::drain_queue(&self.workers.injector, &mut sweep);
+        while let Some(task) = crate::sync::steal_retrying(|| self.workers.injector.steal()) {
+            sweep(task);
+        }
         for stealer in &self.workers.stealers {
             while let Some(task) = crate::sync::steal_retrying(|| stealer.steal()) {
                 sweep(task);
@@ -342,17 +336,11 @@ impl Core {
         taken
     }
 
-    /// The timer thread hands back what it held at `shutdown_now`.
-    pub(crate) fn hand_back(&self, tasks: Vec<PendingTask>) {
-        self.handoff.lock().tasks.extend(tasks);
-    }
-
     /// The timer thread is exiting (normally or not).
     pub(crate) fn driver_exited(&self) {
-        self.driver_gone.store(true, Ordering::SeqCst);
+        self.timer.driver_exited();
         self.handoff.lock().driver_done = true;
         self.handoff_ready.notify_all();
-        crate::timer::driver::release_settle(&self.timer);
         self.workers.sleep.wake_all();
     }
 
@@ -403,6 +391,39 @@ impl Core {
             cancelled: self.cancelled.load(Ordering::Relaxed),
             panicked: self.panicked.load(Ordering::Relaxed),
         }
+    }
+}
+
+impl Host for Core {
+    fn timer(&self) -> &Timer {
+        &self.timer
+    }
+
+    fn lifecycle(&self) -> Lifecycle {
+        Core::lifecycle(self)
+    }
+
+    fn dispatch(&self, due: &mut Vec<TaskRef>) {
+        self.push_batch(due);
+    }
+
+    fn hand_back(&self, tasks: Vec<TaskRef>) {
+        let taken: Vec<PendingTask> = tasks.iter().filter_map(|t| self.take_back(t)).collect();
+        self.handoff.lock().tasks.extend(taken);
+    }
+
+    fn drained(&self) -> bool {
+        self.outstanding() == 0
+    }
+}
+
+impl ClockListener for Core {
+    fn settle(&self) -> Option<Instant> {
+        self.timer.settle_wait()
+    }
+
+    fn time_moved(&self) {
+        self.timer.wake();
     }
 }
 

@@ -6,7 +6,7 @@ mod sleep;
 pub(crate) mod submit;
 pub(crate) mod worker;
 
-pub(crate) use self::core::{Core, Lifecycle};
+pub(crate) use self::core::Core;
 pub use builder::Builder;
 
 use crate::error::ScheduleError;

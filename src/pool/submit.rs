@@ -61,7 +61,7 @@ pub(crate) fn submit_job<J: Job>(
     job: J,
     when: When,
 ) -> Result<ScheduledFuture<J::Output>, ScheduleError> {
-    let cell = Arc::new(TaskCell::new(job, when.deadline));
+    let cell = Arc::new(TaskCell::new(job, when.deadline, core.timer.home_shard()));
     let raw: TaskRef = cell.clone();
     core.submit(&raw, when.now)?;
     Ok(ScheduledFuture::new(cell, core.clone()))
@@ -71,7 +71,8 @@ pub(crate) fn execute<F>(core: &Arc<Core>, f: F) -> Result<(), ScheduleError>
 where
     F: FnOnce() + Send + 'static,
 {
-    let raw: TaskRef = Arc::new(TaskCell::new(OneShot::new(f), NOW.deadline));
+    // Due now: it never enters a wheel, so any shard will do.
+    let raw: TaskRef = Arc::new(TaskCell::new(OneShot::new(f), NOW.deadline, 0));
     core.submit(&raw, NOW.now)
 }
 

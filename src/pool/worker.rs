@@ -9,9 +9,9 @@ use std::cell::RefCell;
 
 /// Rounds of looking for work before a worker announces itself as a sleeper. Each round spins a
 /// little longer; the last few yield the CPU. Short: an idle pool must not burn CPU.
-#[cfg(not(loom))]
+#[cfg(not(wheelpool_loom))]
 const SPIN_ROUNDS: u32 = 10;
-#[cfg(loom)]
+#[cfg(wheelpool_loom)]
 const SPIN_ROUNDS: u32 = 0;
 
 /// The queues all workers share.
@@ -82,11 +82,11 @@ struct Local {
     deque: Worker<TaskRef>,
 }
 
-#[cfg(not(loom))]
+#[cfg(not(wheelpool_loom))]
 std::thread_local! {
     static LOCAL: RefCell<Option<Local>> = const { RefCell::new(None) };
 }
-#[cfg(loom)]
+#[cfg(wheelpool_loom)]
 loom::thread_local! {
     static LOCAL: RefCell<Option<Local>> = RefCell::new(None);
 }
@@ -110,6 +110,7 @@ pub(crate) fn push_local(core: &Core, task: TaskRef) -> Result<(), TaskRef> {
 /// A worker thread's body.
 pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
     crate::timer::mark_pool_thread();
+    crate::timer::home::set(index); // workers spread over the timer shards
     let owner = Arc::as_ptr(&core) as usize;
     LOCAL.with(|l| *l.borrow_mut() = Some(Local { owner, deque }));
     loop {

@@ -59,10 +59,11 @@ impl<J: Job> std::fmt::Debug for TaskCell<J> {
 }
 
 impl<J: Job> TaskCell<J> {
-    /// A new task, `SCHEDULED` for `deadline` (nanoseconds since the pool's origin).
-    pub(crate) fn new(job: J, deadline: u64) -> Self {
+    /// A new task, `SCHEDULED` for `deadline` (nanoseconds since the pool's origin), kept by
+    /// timer shard `shard` while it waits.
+    pub(crate) fn new(job: J, deadline: u64, shard: u16) -> Self {
         TaskCell {
-            header: Header::new(deadline, job.is_periodic()),
+            header: Header::new(deadline, job.is_periodic(), shard),
             body: Mutex::new(Body {
                 stage: Stage::Waiting(job),
                 waker: None,
@@ -298,7 +299,7 @@ fn take_done<J: Job>(body: &mut Body<J>) -> Option<Result<J::Output, TaskError>>
     }
 }
 
-#[cfg(all(test, not(loom), target_pointer_width = "64"))]
+#[cfg(all(test, not(wheelpool_loom), target_pointer_width = "64"))]
 mod size_tests {
     use super::*;
     use crate::task::OneShot;

@@ -81,11 +81,12 @@ pub(crate) struct Header {
     pub(crate) state: state::State,
     /// Fixed rate or fixed delay (never changes).
     periodic: bool,
+    /// The timer shard whose wheel takes this task (never changes).
+    shard: u16,
     /// Planned start of the next run, in nanoseconds since the pool's origin; `u64::MAX`: never.
     deadline: AtomicU64,
-    /// The wheel entry's key while the task sits in the wheel. Read and written only under the
-    /// wheel's lock (by the timer thread, or a producer that won `try_lock`), so `Relaxed` is
-    /// enough.
+    /// The wheel entry's key while the task sits in its shard's wheel. Read and written only
+    /// under that shard's lock, so `Relaxed` is enough.
     wheel_key: AtomicU64,
 }
 
@@ -93,10 +94,11 @@ pub(crate) struct Header {
 pub(crate) const NO_KEY: u64 = u64::MAX;
 
 impl Header {
-    pub(crate) fn new(deadline: u64, periodic: bool) -> Self {
+    pub(crate) fn new(deadline: u64, periodic: bool, shard: u16) -> Self {
         Header {
             state: state::State::new(),
             periodic,
+            shard,
             deadline: AtomicU64::new(deadline),
             wheel_key: AtomicU64::new(NO_KEY),
         }
@@ -115,6 +117,11 @@ impl Header {
     /// True for fixed-rate and fixed-delay tasks.
     pub(crate) fn is_periodic(&self) -> bool {
         self.periodic
+    }
+
+    /// The timer shard whose wheel takes this task.
+    pub(crate) fn shard(&self) -> u16 {
+        self.shard
     }
 
     pub(crate) fn wheel_key(&self) -> u64 {

@@ -274,7 +274,7 @@ impl<F: FnMut() + Send + 'static> Job for Periodic<F> {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(wheelpool_loom)))]
 mod tests {
     use super::*;
 

@@ -84,7 +84,7 @@ pub(crate) fn is_cancelled(state: u8) -> bool {
     matches!(state, CANCELLED | RUNNING_CANCELLED | SHUT_DOWN)
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(wheelpool_loom)))]
 mod tests {
     use super::*;
 

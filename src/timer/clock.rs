@@ -334,7 +334,7 @@ fn far_future(base: Instant) -> Instant {
     at
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(wheelpool_loom)))]
 mod tests {
     use super::*;
 

@@ -1,118 +1,228 @@
-//! The timer side: the clock, the submission and cancel queues, and the timer thread (driver)
-//! that owns the wheel.
+//! The timer side: the clock, the sharded wheels, and the timer thread (driver) that polls them.
 //!
-//! # Ground rules (driver sleep vs. new deadlines)
+//! # Ground rules
 //!
-//! - `sleep_until` holds the tick the driver will sleep until, or `AWAKE` while it works. Only the
-//!   driver stores a sleep tick; anyone may swap it to `AWAKE` (and then must unpark the driver).
-//! - A producer pushes a task on `submissions`, then `fence(SeqCst)`, then reads `sleep_until`:
-//!   if its deadline tick is earlier, it CASes `sleep_until` to `AWAKE` and unparks the driver.
-//!   Only the CAS winner unparks: a burst of early deadlines costs one wake-up.
-//! - The driver stores its sleep tick, then `fence(SeqCst)`, then re-checks `submissions`; if
-//!   anything is there it does not park. With the two fences, either the driver sees the push or
-//!   the producer sees the sleep tick: a deadline submitted while the driver goes to sleep is
-//!   never slept through.
+//! **Shards.** Pending tasks live in `shards.len()` (a power of two) hierarchical wheels, each
+//! under its own short lock. A task's shard is fixed when it is created: the *home shard* of the
+//! scheduling thread (a worker's own index; other threads are dealt shards round-robin), kept in
+//! its header. Producers on different threads therefore rarely meet on one lock, and a periodic
+//! task re-arms into the shard that already knows it.
+//!
+//! **No queues between producers and the timer thread.** An insert, a cancel's unlink and a reset
+//! each take the task's shard lock (blocking: the lock is held for O(1) work by producers and
+//! for at most `CHUNK` entries by the driver) and change the wheel themselves. So a cancel frees
+//! the task's wheel entry before it returns, and nothing producers do can build a backlog or hold
+//! the memory of cancelled tasks: there is nowhere for either to wait.
+//!
+//! - `Header::wheel_key` is read and written only under the task's shard lock. An insert checks
+//!   under that lock that the task is still `SCHEDULED`; a cancel wins `SCHEDULED -> CANCELLED`
+//!   before it takes the lock. Either the insert sees the cancel (and does not insert) or the
+//!   cancel's lock comes after the insert (and it unlinks the entry by the recorded key).
+//! - A shard has a gate. `Open`: everything goes in. `Closing` (graceful shutdown): periodic tasks
+//!   are refused, one-shots still go in. `Stopped` (`shutdown_now`): everything is refused. The
+//!   driver moves the gate under the shard's lock, so an insert either lands before the driver's
+//!   sweep of that shard (and the sweep finds it) or is refused (and the caller stops the task
+//!   itself). No insert slips in behind a sweep.
+//!
+//! **Bounded locked work.** The driver polls each shard with a budget of `CHUNK` entries, hands
+//! the chunk to the workers after releasing the lock, and moves on to the next shard; a shard with
+//! more due goes round again without sleeping. A storm of a million equal deadlines therefore
+//! comes out a chunk at a time, the first chunk at once, and a timer due in another shard waits
+//! for at most one chunk per shard.
+//!
+//! **Sleep vs. new deadlines** (no lost wake-up, no fence on the insert path).
+//! - `sleep_until` holds the tick the driver sleeps until, or `AWAKE` while it works. Only the
+//!   driver stores a tick; anyone may CAS it to `AWAKE`, and the winner unparks the driver.
+//! - The driver *announces* its sleep tick, then takes every shard's lock once more and reads
+//!   that wheel's next expiration; only if none is earlier does it park.
+//! - A producer changes a wheel under the shard's lock, unlocks, then reads `sleep_until`; if its
+//!   tick is earlier it wins the CAS and unparks. Mutex acquisitions of one shard are totally
+//!   ordered: if the producer's critical section came before the driver's re-check of that
+//!   shard, the re-check sees the entry and the driver does not park; if after, the driver's
+//!   announcement happened-before the producer's read (announce, unlock, lock), so the producer
+//!   sees that tick (or a later pass's `AWAKE`, and that later pass then sees the entry).
 //! - The parker keeps one token, so an unpark that lands before the park is not lost.
-//! - The direct path: the wheel sits under a lock that the driver holds only for the
-//!   bookkeeping part of a pass, and the driver announces its sleep tick *under that lock*. A
-//!   producer that wins `try_lock` inserts into the wheel itself, unlocks, then reads
-//!   `sleep_until`. Either the driver's next locked section comes after ours (it sees the entry
-//!   when it computes its next expiration), or its last one came before (then the lock orders
-//!   its announced tick before our read, and we wake it if our deadline is earlier). A producer
-//!   that loses `try_lock` uses the queue protocol above. A cancel unlinks directly the same
-//!   way, so the canceller, not the timer thread, drops the last reference (memory freed on the
-//!   thread that allocated it). Producers never block on the lock.
-//! - The direct path is closed (under the lock) with a manual clock and once a shutdown begins:
-//!   then every insert goes through the queue, where `settle` counts it and the driver stops
-//!   late periodic re-arms.
-//! - Cancels that lose `try_lock` go to `cancels`; every `CANCEL_BATCH`-th one wakes the driver
-//!   to unlink them, so the memory of cancelled timers never waits for their deadlines.
+//! - An idle pool parks without a time limit: no periodic wake-ups.
 
 mod clock;
 pub(crate) mod driver;
+mod settle;
 
 pub use clock::ManualClock;
 pub(crate) use clock::{duration_nanos, mark_pool_thread, Clock, ClockListener, TimeBase};
+pub(crate) use settle::Settle;
 
-use crate::sync::{
-    fence, AtomicBool, AtomicU64, AtomicUsize, Condvar, Injector, Mutex, Ordering, Parker,
-};
-use crate::task::TaskRef;
+use crate::sync::{AtomicBool, AtomicU64, CachePadded, Mutex, MutexGuard, Ordering, Parker};
+use crate::task::{TaskRef, NO_KEY};
 use crate::wheel::{Key, Wheel};
 
 /// `sleep_until` while the driver is awake: no deadline tick is earlier, so nobody wakes it.
 const AWAKE: u64 = 0;
 
-/// How many cancelled timers may wait before the driver is woken to unlink them. Each holds only
-/// the task's header and a wheel entry (the closure is already dropped), so 1024 of them are a
-/// few tens of KiB; a larger batch wakes the driver less often under churn.
-const CANCEL_BATCH: usize = 1024;
+/// Entries the driver moves (hands out or cascades) per shard in one locked step. 512 moves
+/// are some tens of microseconds: the longest a producer waits for a shard's lock, and the most
+/// work between a due timer in another shard and its turn.
+pub(crate) const CHUNK: usize = 512;
+
+/// Most shards a pool has. More would only make the driver's passes longer.
+const MAX_SHARDS: usize = 64;
+
+/// Where the pool is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lifecycle {
+    /// Taking tasks.
+    Running,
+    /// `shutdown`: no new tasks; waiting one-shots still run; periodic tasks stop.
+    Shutdown,
+    /// `shutdown_now`: nothing new starts.
+    Stop,
+}
+
+/// What the timer side needs from the pool above it (implemented by the pool's core; the timer
+/// never names the pool's types).
+pub(crate) trait Host: Send + Sync + 'static {
+    /// The pool's timer.
+    fn timer(&self) -> &Timer;
+    /// Where the pool is in its life.
+    fn lifecycle(&self) -> Lifecycle;
+    /// Hands due tasks to the workers, emptying `due`.
+    fn dispatch(&self, due: &mut Vec<TaskRef>);
+    /// `shutdown_now`: the tasks the wheels held, to be stopped and returned.
+    fn hand_back(&self, tasks: Vec<TaskRef>);
+    /// After a graceful shutdown: true once no admitted task is left.
+    fn drained(&self) -> bool;
+}
+
+/// Why an insert did not happen: the pool is shutting down and the shard's gate is closed to
+/// this task. The caller still owns the task and stops it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Refused;
+
+/// Who may insert into a shard (see the ground rules).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Gate {
+    Open,
+    Closing,
+    Stopped,
+}
+
+/// One wheel and its gate, under one lock.
+#[derive(Debug)]
+pub(crate) struct Shard {
+    wheel: Wheel<TaskRef>,
+    gate: Gate,
+}
 
 /// What producers share with the timer thread.
 #[derive(Debug)]
 pub(crate) struct Timer {
     pub(crate) time: TimeBase,
-    /// The wheel. The timer thread holds the lock for the bookkeeping part of its pass (never
-    /// while it dispatches or sleeps); producers only `try_lock` it, to insert or unlink without
-    /// involving the timer thread, and fall back to the queues when it is busy.
-    pub(crate) wheel: Mutex<Wheel<TaskRef>>,
-    /// True while producers may insert into the wheel directly. False with a manual clock (so
-    /// `settle` sees every submission go through the counted queue) and from a shutdown on (so
-    /// the timer thread sees every late re-arm). Read and written only under `wheel`'s lock.
-    direct: AtomicBool,
-    submissions: Injector<TaskRef>,
-    cancels: Injector<TaskRef>,
-    cancels_queued: AtomicUsize,
-    sleep_until: AtomicU64,
+    shards: Box<[CachePadded<Mutex<Shard>>]>,
+    sleep_until: CachePadded<AtomicU64>,
     parker: Parker,
     /// Only with a manual clock: how `ManualClock::advance` waits for the pool to settle.
     pub(crate) settle: Option<Settle>,
+    driver_gone: AtomicBool,
 }
 
 impl Timer {
-    pub(crate) fn new(time: TimeBase) -> Self {
+    /// A timer with enough shards for `threads` workers and about as many outside producers.
+    pub(crate) fn new(time: TimeBase, threads: usize) -> Self {
+        let n = threads
+            .saturating_mul(2)
+            .clamp(8, MAX_SHARDS)
+            .next_power_of_two();
         let settle = time.clock.is_manual().then(Settle::new);
-        let direct = settle.is_none();
         Timer {
             time,
-            wheel: Mutex::new(Wheel::new()),
-            direct: AtomicBool::new(direct),
-            submissions: Injector::new(),
-            cancels: Injector::new(),
-            cancels_queued: AtomicUsize::new(0),
-            sleep_until: AtomicU64::new(AWAKE),
+            shards: (0..n)
+                .map(|_| {
+                    CachePadded::new(Mutex::new(Shard {
+                        wheel: Wheel::new(),
+                        gate: Gate::Open,
+                    }))
+                })
+                .collect(),
+            sleep_until: CachePadded::new(AtomicU64::new(AWAKE)),
             parker: Parker::new(),
             settle,
+            driver_gone: AtomicBool::new(false),
         }
     }
 
-    /// Puts a `SCHEDULED` task in the wheel for the deadline in its header: directly if the
-    /// wheel's lock is free, else through the submission queue.
-    pub(crate) fn submit(&self, task: &TaskRef) {
+    /// The calling thread's shard for new tasks.
+    pub(crate) fn home_shard(&self) -> u16 {
+        // `shards.len()` is a power of two no larger than MAX_SHARDS.
+        (home::index() & (self.shards.len() - 1)) as u16
+    }
+
+    fn shard_of(&self, task: &TaskRef) -> MutexGuard<'_, Shard> {
+        self.shards[usize::from(task.header().shard())].lock()
+    }
+
+    /// Puts a `SCHEDULED` task in its shard's wheel for the deadline in its header. `Err` if the
+    /// shard's gate refuses it (the pool is shutting down): the caller stops the task.
+    pub(crate) fn submit(&self, task: &TaskRef) -> Result<(), Refused> {
         let tick = self.time.tick_ceil(task.header().deadline());
-        if let Some(mut wheel) = self.wheel.try_lock() {
-            // Relaxed: `direct` is only touched under the wheel's lock.
-            if self.direct.load(Ordering::Relaxed) {
-                insert_unless_cancelled(&mut wheel, tick, task);
-                drop(wheel);
-                // After the unlock: the driver announces its sleep tick under the lock, so this
-                // read sees the tick of any pass that did not see our entry (ground rules).
-                self.wake_if_before(tick);
-                return;
-            }
+        let mut shard = self.shard_of(task);
+        let open = match shard.gate {
+            Gate::Open => true,
+            Gate::Closing => !task.header().is_periodic(),
+            Gate::Stopped => false,
+        };
+        if !open {
+            return Err(Refused);
         }
-        self.submissions.push(task.clone());
+        insert_unless_cancelled(&mut shard.wheel, tick, task);
+        drop(shard);
         if let Some(s) = &self.settle {
-            // Counted after the push: a driver that has seen the count has seen the task.
-            s.submitted.fetch_add(1, Ordering::SeqCst);
+            s.inserted();
         }
-        // SeqCst fence: pairs with the one in `Driver::prepare_sleep` (see the ground rules).
-        fence(Ordering::SeqCst);
+        // After the unlock: see "Sleep vs. new deadlines" in the ground rules.
         self.wake_if_before(tick);
+        Ok(())
+    }
+
+    /// A waiting task was cancelled: its wheel entry is unlinked and its memory freed now, on
+    /// the cancelling thread.
+    pub(crate) fn cancelled(&self, task: &TaskRef) {
+        let mut shard = self.shard_of(task);
+        let removed = unlink(&mut shard.wheel, task);
+        if shard.wheel.is_empty() && shard.wheel.capacity() > RELEASE_AT {
+            shard.wheel.shrink_to_fit(); // O(1) for an empty wheel
+        }
+        drop(shard);
+        drop(removed);
+    }
+
+    /// Moves a task that waits in a wheel to `deadline`; false if it is not waiting in a wheel
+    /// (running, handed to the workers, finished or cancelled). `rebase` runs under the shard's
+    /// lock once the move is certain (a periodic task re-bases its plan there).
+    #[allow(dead_code)] // ScheduledFuture::reset comes with issue 12
+    pub(crate) fn reset(&self, task: &TaskRef, deadline: u64, rebase: impl FnOnce()) -> bool {
+        let tick = self.time.tick_ceil(deadline);
+        let mut shard = self.shard_of(task);
+        if task.header().state.load() != crate::task::state::SCHEDULED {
+            return false;
+        }
+        let Some(entry) = unlink(&mut shard.wheel, task) else {
+            return false; // due and handed out, or not inserted yet
+        };
+        task.header().set_deadline(deadline);
+        rebase();
+        let key = shard.wheel.insert(tick, entry);
+        task.header().set_wheel_key(key.to_u64());
+        drop(shard);
+        if let Some(s) = &self.settle {
+            s.inserted();
+        }
+        self.wake_if_before(tick);
+        true
     }
 
     /// Wakes the driver if it sleeps past `tick`.
     fn wake_if_before(&self, tick: u64) {
+        // Relaxed: the shard lock orders this read after the driver's announcement (ground rules).
         let mut sleeping = self.sleep_until.load(Ordering::Relaxed);
         while tick < sleeping {
             match self.sleep_until.compare_exchange_weak(
@@ -127,147 +237,89 @@ impl Timer {
         }
     }
 
-    /// Wakes the driver unconditionally (shutdown, manual clock, cancel batches).
+    /// Wakes the driver unconditionally (shutdown, manual clock).
     pub(crate) fn wake(&self) {
         self.sleep_until.store(AWAKE, Ordering::Relaxed);
         self.parker.unpark();
     }
 
-    /// Closes the direct path: from now on producers go through the queues. The timer thread
-    /// calls it, holding the wheel's lock, when the pool starts shutting down.
-    pub(crate) fn close_direct(&self, _wheel: &mut Wheel<TaskRef>) {
-        self.direct.store(false, Ordering::Relaxed);
+    pub(crate) fn driver_gone(&self) -> bool {
+        // SeqCst: pairs with the store in `driver_exited`.
+        self.driver_gone.load(Ordering::SeqCst)
     }
 
-    /// A waiting task was cancelled: its wheel entry is unlinked now if the wheel's lock is
-    /// free (so the canceller, not the timer thread, drops the last reference and frees the
-    /// memory it allocated), else soon, through the cancel queue.
-    pub(crate) fn cancelled(&self, task: TaskRef) {
-        if let Some(mut wheel) = self.wheel.try_lock() {
-            let removed = unlink(&mut wheel, &task);
-            drop(wheel);
-            drop(removed);
-            return;
-        }
-        // Count before the push: the driver subtracts what it drained, so a task it can drain
-        // must already be counted, or the counter wraps below zero (loom_periodic found it).
-        let queued = self.cancels_queued.fetch_add(1, Ordering::Relaxed) + 1;
-        self.cancels.push(task);
-        if queued % CANCEL_BATCH == 0 {
-            self.wake();
+    /// The timer thread is exiting (normally or not): nobody polls any more.
+    pub(crate) fn driver_exited(&self) {
+        self.driver_gone.store(true, Ordering::SeqCst);
+        if let Some(s) = &self.settle {
+            s.release();
         }
     }
 }
 
+/// An empty shard keeps its slab for reuse below this many entries' room, so one timer armed
+/// and cancelled at a time costs no allocation; above it, emptiness gives the memory back.
+const RELEASE_AT: usize = 4096;
+
 /// Inserts `task` for `tick` and records its key, unless a cancel won it first. Called under the
-/// wheel's lock. A cancel that wins after the state check unlinks the entry by the key recorded
-/// here: directly (it takes the lock after us) or through the cancel queue (it pushes after its
-/// CAS, and the driver drains cancels after this insert).
-pub(crate) fn insert_unless_cancelled(
-    wheel: &mut Wheel<TaskRef>,
-    tick: u64,
-    task: &TaskRef,
-) -> bool {
+/// shard's lock (ground rules).
+fn insert_unless_cancelled(wheel: &mut Wheel<TaskRef>, tick: u64, task: &TaskRef) {
     if task.header().state.load() != crate::task::state::SCHEDULED {
-        return false; // cancelled in transit: the canceller has accounted for it
+        return; // cancelled in transit: the canceller has accounted for it
     }
     let key = wheel.insert(tick, task.clone());
     task.header().set_wheel_key(key.to_u64());
-    true
 }
 
 /// Removes `task`'s wheel entry, if it has a live one; returns the wheel's reference so the
-/// caller drops it after unlocking. Called under the wheel's lock.
-pub(crate) fn unlink(wheel: &mut Wheel<TaskRef>, task: &TaskRef) -> Option<TaskRef> {
+/// caller drops it after unlocking. Called under the shard's lock.
+fn unlink(wheel: &mut Wheel<TaskRef>, task: &TaskRef) -> Option<TaskRef> {
     let key = task.header().wheel_key();
-    if key == crate::task::NO_KEY {
-        return None; // still in the submission queue, or already dispatched
+    if key == NO_KEY {
+        return None; // not inserted yet, or already handed out
     }
-    task.header().set_wheel_key(crate::task::NO_KEY);
+    task.header().set_wheel_key(NO_KEY);
     // A stale key (the entry fired, the slot was reused) is refused by its generation.
-    let removed = wheel.remove(Key::from_u64(key));
-    if removed.is_some() && wheel.is_empty() {
-        wheel.shrink_to_fit();
-    }
-    removed
+    wheel.remove(Key::from_u64(key))
 }
 
-/// The manual clock's view of a pool: has everything due run, and what is next?
-#[derive(Debug)]
-pub(crate) struct Settle {
-    status: Mutex<SettleStatus>,
-    changed: Condvar,
-    /// Tasks handed to the workers and not yet finished (re-arm included).
-    in_pool: AtomicUsize,
-    /// Submissions pushed so far.
-    submitted: AtomicU64,
-}
+/// Which shard a thread schedules into.
+pub(crate) mod home {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
-#[derive(Debug, Default)]
-struct SettleStatus {
-    /// Settle requests made / the latest one a finished driver pass had seen.
-    requested: u64,
-    completed: u64,
-    /// Of the latest finished pass: tasks it dispatched, submissions it had drained, next deadline.
-    dispatched: usize,
-    drained: u64,
-    next: Option<u64>,
-}
+    /// Shards dealt to threads that are not workers, round-robin.
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
 
-impl Settle {
-    fn new() -> Self {
-        Settle {
-            status: Mutex::new(SettleStatus::default()),
-            changed: Condvar::new(),
-            in_pool: AtomicUsize::new(0),
-            submitted: AtomicU64::new(0),
-        }
+    #[cfg(not(wheelpool_loom))]
+    std::thread_local! {
+        static HOME: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    #[cfg(wheelpool_loom)]
+    loom::thread_local! {
+        static HOME: Cell<usize> = Cell::new(usize::MAX);
     }
 
-    /// `n` tasks are about to be handed to the workers.
-    pub(crate) fn entering_pool(&self, n: usize) {
-        self.in_pool.fetch_add(n, Ordering::SeqCst);
-    }
-
-    /// A task handed to the workers has finished (after any re-arm was submitted).
-    pub(crate) fn left_pool(&self) {
-        if self.in_pool.fetch_sub(1, Ordering::SeqCst) == 1 {
-            let _status = self.status.lock();
-            self.changed.notify_all();
-        }
-    }
-}
-
-impl ClockListener for crate::pool::Core {
-    fn settle(&self) -> Option<std::time::Instant> {
-        let timer = &self.timer;
-        let s = timer.settle.as_ref()?;
-        loop {
-            let req = {
-                let mut st = s.status.lock();
-                st.requested += 1;
-                st.requested
-            };
-            timer.wake();
-            let mut st = s.status.lock();
-            // SeqCst: pairs with `entering_pool`/`left_pool`; the decrement to zero notifies
-            // under `status`' lock, so this check under the same lock loses no wake-up.
-            while (st.completed < req || s.in_pool.load(Ordering::SeqCst) != 0)
-                && !self.driver_gone()
-            {
-                st = crate::sync::wait_until(&s.changed, st, None);
+    /// The calling thread's home index (any value: the timer masks it).
+    pub(crate) fn index() -> usize {
+        HOME.with(|h| {
+            let mut home = h.get();
+            if home == usize::MAX {
+                // Relaxed: a counter, not a protocol. Under loom, threads must choose
+                // deterministically, so they all start at 0 unless a model sets them.
+                home = if cfg!(wheelpool_loom) {
+                    0
+                } else {
+                    NEXT.fetch_add(1, Ordering::Relaxed)
+                };
+                h.set(home);
             }
-            if self.driver_gone() {
-                return None;
-            }
-            // SeqCst: pairs with the increment after the push in `Timer::submit`.
-            if st.dispatched == 0 && st.drained == s.submitted.load(Ordering::SeqCst) {
-                return st.next.map(|n| timer.time.instant_of(n));
-            }
-        }
+            home
+        })
     }
 
-    fn time_moved(&self) {
-        self.timer.wake();
+    /// Sets the calling thread's home (a worker takes its own index).
+    pub(crate) fn set(index: usize) {
+        HOME.with(|h| h.set(index));
     }
 }
