@@ -4,14 +4,15 @@
 //! wheelpool is a `ScheduledExecutorService` for Rust, built for the timers services keep by the
 //! hundred thousand: heartbeats, retries with backoff, RPC and request timeouts, housekeeping.
 //! Most of them are cancelled before they fire, so scheduling and cancelling are O(1), and a
-//! cancel frees the task's closure at once and its wheel entry at once or soon after (when the
-//! timer thread is busy with the wheel at that moment).
+//! cancel frees the task's closure and its wheel entry before it returns, on the cancelling
+//! thread, whatever else the pool is doing.
 //!
 //! # When to pick it
 //!
 //! - Over a binary-heap scheduler (Java's `ScheduledThreadPoolExecutor`, the
 //!   `scheduled-thread-pool` crate): insert and cancel stay O(1) at a million pending timers,
-//!   there is no global lock on the schedule path, and cancelled timers do not linger.
+//!   there is no global lock on the schedule path (threads schedule into separate wheel
+//!   shards), and cancelled timers do not linger.
 //! - Over a hashed wheel with one thread (Netty's `HashedWheelTimer`): due tasks run on every
 //!   worker, and an idle pool sleeps instead of ticking.
 //! - Over a tokio runtime: when the code is synchronous (plain closures, blocking calls) and you
@@ -22,18 +23,23 @@
 //!
 //! ```text
 //! caller ──schedule()──► task (one allocation: closure + atomic state + deadline + result)
-//!                            │ into the wheel directly (try_lock), or through a lock-free
-//!                            │ submission queue while the timer thread holds the wheel
+//!                            │ inserted by the calling thread into its home shard's wheel,
+//!                            │ under that shard's lock (O(1); cancel and reset unlink the same way)
 //!                            ▼
-//!                   timer thread ── owns ──► hierarchical wheel (64 slots a level, bitmaps)
-//!                            │ sleeps until the next expiration or an earlier new deadline
-//!                            │ due tasks, in batches
-//!                            ▼
+//!          shards: hierarchical wheels (64 slots a level, bitmaps), one lock each
+//!                            │ the timer thread polls each shard a chunk (512) at a time,
+//!                            │ sleeps until the earliest next expiration or an earlier deadline
+//!                            ▼ due tasks, a chunk at a time
 //!              workers (crossbeam-deque injector + per-worker deques, work stealing)
 //!                            │ run under catch_unwind
 //!                            ▼
-//!        one-shot: complete the ScheduledFuture     periodic: re-arm the same task in the wheel
+//!        one-shot: complete the ScheduledFuture     periodic: re-arm the same task in its shard
 //! ```
+//!
+//! There is no queue between schedulers and the timer thread: nothing a producer does can build
+//! a backlog or keep the memory of cancelled timers, and no locked section does more than a
+//! bounded amount of work, so a storm of equal deadlines or of cancels holds no other timer up
+//! for more than a chunk.
 //!
 //! The timer thread never runs user code; a task scheduled with zero delay (or `execute`) skips
 //! the wheel; a task scheduled from a worker goes to that worker's own deque.
@@ -92,9 +98,6 @@
 
 mod error;
 mod future;
-#[cfg(wheelpool_loom)]
-#[doc(hidden)]
-pub mod loom_api;
 mod pool;
 mod sync;
 mod task;

@@ -16,8 +16,9 @@
 //!   shutdown wakes the driver so it can see `outstanding == 0` and let the pool terminate.
 
 use super::worker::{self, WorkerSet};
+use super::PoolStats;
 use crate::error::ScheduleError;
-use crate::sync::{AtomicU64, AtomicU8, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::sync::{AtomicU64, AtomicU8, AtomicUsize, CachePadded, Condvar, Mutex, Ordering};
 use crate::task::{
     drop_user, state, Cancelled, MissedTicks, PendingTask, RunEnv, RunOutcome, Stop, TaskRef,
 };
@@ -45,11 +46,12 @@ pub(crate) struct Core {
     pub(crate) timer: Timer,
     pub(crate) workers: WorkerSet,
     lifecycle: AtomicU8,
-    outstanding: AtomicUsize,
-    running: AtomicUsize,
-    completed: AtomicU64,
-    cancelled: AtomicU64,
-    panicked: AtomicU64,
+    // Written by every submit and every task end, from every thread: each on its own line.
+    outstanding: CachePadded<AtomicUsize>,
+    running: CachePadded<AtomicUsize>,
+    completed: CachePadded<AtomicU64>,
+    cancelled: CachePadded<AtomicU64>,
+    panicked: CachePadded<AtomicU64>,
     max_pending: Option<usize>,
     panic_handler: Option<PanicHandler>,
     /// The pool's default for fixed-rate tasks that do not choose their own.
@@ -70,16 +72,6 @@ impl std::fmt::Debug for Core {
     }
 }
 
-/// Counters behind `PoolStats`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Counts {
-    pub(crate) pending: usize,
-    pub(crate) running: usize,
-    pub(crate) completed: u64,
-    pub(crate) cancelled: u64,
-    pub(crate) panicked: u64,
-}
-
 impl Core {
     pub(crate) fn new(
         timer: Timer,
@@ -93,11 +85,11 @@ impl Core {
             timer,
             workers,
             lifecycle: AtomicU8::new(RUNNING),
-            outstanding: AtomicUsize::new(0),
-            running: AtomicUsize::new(0),
-            completed: AtomicU64::new(0),
-            cancelled: AtomicU64::new(0),
-            panicked: AtomicU64::new(0),
+            outstanding: CachePadded::new(AtomicUsize::new(0)),
+            running: CachePadded::new(AtomicUsize::new(0)),
+            completed: CachePadded::new(AtomicU64::new(0)),
+            cancelled: CachePadded::new(AtomicU64::new(0)),
+            panicked: CachePadded::new(AtomicU64::new(0)),
             max_pending,
             panic_handler,
             missed_ticks,
@@ -382,9 +374,9 @@ impl Core {
         self.lifecycle() != Lifecycle::Running
     }
 
-    pub(crate) fn counts(&self) -> Counts {
+    pub(crate) fn stats(&self) -> PoolStats {
         let running = self.running.load(Ordering::Relaxed);
-        Counts {
+        PoolStats {
             pending: self.outstanding().saturating_sub(running),
             running,
             completed: self.completed.load(Ordering::Relaxed),

@@ -275,14 +275,7 @@ impl ScheduledThreadPool {
     /// assert_eq!(pool.stats().completed, 1);
     /// ```
     pub fn stats(&self) -> PoolStats {
-        let c = self.core.counts();
-        PoolStats {
-            pending: c.pending,
-            running: c.running,
-            completed: c.completed,
-            cancelled: c.cancelled,
-            panicked: c.panicked,
-        }
+        self.core.stats()
     }
 }
 

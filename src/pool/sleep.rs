@@ -16,8 +16,9 @@
 //! - Every change to `sleepers` and `num_sleeping` happens under `sleepers`' lock, so the count
 //!   never disagrees with the list for longer than a critical section.
 //! - A worker that has run out of work *searches* (spins over the queues) for a short while
-//!   before it sleeps, and says so in `searching`. A pusher that sees a searcher wakes nobody:
-//!   the searcher will find the task, which saves a futex wake per push under a steady stream.
+//!   before it sleeps, and says so in `searching`. A push of `n` tasks wakes at most
+//!   `n - searching` sleepers: each searcher will find one of the tasks, which saves a futex wake
+//!   per push under a steady stream (a single push seen by a searcher wakes nobody).
 //!   This cannot lose a task: the searcher's last look happens after `fence(SeqCst)` in `sleep`,
 //!   which follows its decrement of `searching`; a pusher that still read it as searching did
 //!   so before that decrement, so its push is visible to that last look (fence-fence rule).

@@ -5,20 +5,23 @@
 //! A task's life is one byte, changed only by compare-and-swap:
 //!
 //! ```text
-//!             run()                    run returns (one-shot)
-//!  SCHEDULED ───────► RUNNING ─────────────────────────────► COMPLETED | PANICKED
-//!     ▲   │              │  │ run returns (periodic, re-armed)
-//!     │   │              │  └───────────────────────────────► SCHEDULED (again)
-//!     │   │ cancel()     │ cancel()
-//!     │   ▼              ▼
-//!     │ CANCELLED ◄── RUNNING_CANCELLED   (the run finishes; nothing runs after it)
-//!     │
-//!     └─ shutdown_now() / shutdown of a periodic task: SCHEDULED ──► SHUT_DOWN
+//!                  run()                      run returns (one-shot)
+//!  SCHEDULED ──────────────► RUNNING ────────────────────────────► COMPLETED | PANICKED
+//!   │    ▲                    │  │  run returns (periodic) while the pool shuts down
+//!   │    │ re-arm (periodic)  │  └───────────────────────────────► SHUT_DOWN
+//!   │    └────────────────────┤
+//!   │                         │ cancel()
+//!   │                         ▼
+//!   │                   RUNNING_CANCELLED ──── run returns ──────► CANCELLED
+//!   │ cancel(), or shutdown_now() handing it back
+//!   ├────────────────────────────────────────────────────────────► CANCELLED
+//!   │ shutdown() of a periodic task, or a schedule refused by a shutdown
+//!   └────────────────────────────────────────────────────────────► SHUT_DOWN
 //! ```
 //!
-//! - `SCHEDULED`: waiting (in the submission queue, the wheel, or a run queue). Exactly one of a
-//!   worker (`SCHEDULED -> RUNNING`), a canceller (`-> CANCELLED`) or a shutdown sweep
-//!   (`-> SHUT_DOWN`) wins the CAS out of it; the winner owns what happens next.
+//! - `SCHEDULED`: waiting (in its shard's wheel, or a run queue). Exactly one of a worker
+//!   (`SCHEDULED -> RUNNING`), a canceller or `shutdown_now` (`-> CANCELLED`) or a graceful
+//!   shutdown (`-> SHUT_DOWN`) wins the CAS out of it; the winner owns what happens next.
 //! - `RUNNING`: one worker is running the closure. Only that worker leaves this state, except a
 //!   canceller, which may mark it `RUNNING_CANCELLED`.
 //! - Terminal states (`COMPLETED`, `CANCELLED`, `PANICKED`, `SHUT_DOWN`) never change again. The
