@@ -159,6 +159,47 @@ impl Timer {
     }
 }
 
+impl Timer {
+    /// Moves a waiting task's next run to `deadline` (nanoseconds since the origin): true if it
+    /// was in the wheel and now waits for the new deadline; false (nothing changed) if it is not
+    /// in the wheel (running, finished, cancelled, already handed to the workers, or still in
+    /// the submission queue).
+    ///
+    /// Under the wheel's lock, a `SCHEDULED` task with a live key cannot be dispatched (the
+    /// driver expires entries under this lock) nor unlinked by a cancel (that takes the lock
+    /// too, or queues an unlink by key for the driver, who takes it later and finds the new
+    /// key). A cancel that wins the state between our check and the re-insert makes
+    /// `insert_unless_cancelled` refuse it: the entry is gone, as the cancel wanted.
+    pub(crate) fn reset(&self, task: &TaskRef, deadline: u64) -> bool {
+        let tick = self.time.tick_ceil(deadline);
+        let mut wheel = self.wheel.lock();
+        let header = task.header();
+        if header.state.load() != crate::task::state::SCHEDULED {
+            return false;
+        }
+        let key = header.wheel_key();
+        if key == crate::task::NO_KEY {
+            return false; // not in the wheel
+        }
+        // Not `unlink`: it would shrink a wheel this entry leaves empty, for nothing.
+        let Some(old) = wheel.remove(Key::from_u64(key)) else {
+            return false; // a stale key: the entry is gone
+        };
+        header.set_wheel_key(crate::task::NO_KEY);
+        header.set_deadline(deadline);
+        task.rebase(deadline);
+        let placed = insert_unless_cancelled(&mut wheel, tick, task);
+        drop(wheel);
+        drop(old);
+        if placed {
+            // After the unlock, as in `submit`'s direct path: the driver announces its sleep
+            // tick under the lock, so this read sees the tick of any pass that missed the move.
+            self.wake_if_before(tick);
+        }
+        placed
+    }
+}
+
 /// Inserts `task` for `tick` and records its key, unless a cancel won it first. Called under the
 /// wheel's lock. A cancel that wins after the state check unlinks the entry by the key recorded
 /// here: directly (it takes the lock after us) or through the cancel queue (it pushes after its
