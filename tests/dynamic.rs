@@ -15,13 +15,14 @@ fn scripted(
     work: Duration,
     delays: &[u64],
 ) -> impl FnMut() -> Option<Duration> + Send + 'static {
-    let (r, mut left) = (runs.clone(), delays.to_vec().into_iter());
+    let r = runs.clone();
+    let mut left: std::collections::VecDeque<u64> = delays.iter().copied().collect();
     move || {
         r.record();
         if !work.is_zero() {
             r.clock.advance(work);
         }
-        left.next().map(ms)
+        left.pop_front().map(ms)
     }
 }
 
