@@ -264,6 +264,25 @@ fn reset_from_a_cancel_handle_on_another_thread() {
     });
 }
 
+/// A task resets another one: `advance` sees the move even though no submission came with it.
+#[test]
+fn a_reset_from_inside_a_task_is_seen_by_advance() {
+    bounded(|| {
+        let clock = ManualClock::new();
+        let pool = manual_pool(&clock, 2);
+        for _ in 0..20 {
+            let t0 = clock.now();
+            let c = clock.clone();
+            let victim = pool.schedule(move || c.now() - t0, ms(100)).unwrap();
+            let handle = victim.cancel_handle();
+            let pusher = pool.schedule(move || handle.reset(ms(5)), ms(10)).unwrap();
+            clock.advance(ms(50));
+            assert_eq!(join_within(pusher), Ok(true));
+            assert_eq!(join_within(victim), Ok(ms(15)), "ran at its new deadline");
+        }
+    });
+}
+
 /// Many timeouts, each reset at random times to random new delays: each runs exactly once, at
 /// its last deadline (never early, never at an old deadline).
 #[test]

@@ -192,6 +192,13 @@ impl Timer {
         drop(wheel);
         drop(old);
         if placed {
+            if let Some(s) = &self.settle {
+                // Counted like a submission, after the move: a settling `ManualClock` whose
+                // last pass started before this count takes another pass (its `next` may be
+                // stale, e.g. when a task resets another while the driver polls). SeqCst:
+                // pairs with the loads in `Driver::settle_submitted` and `settle`, as in `submit`.
+                s.submitted.fetch_add(1, Ordering::SeqCst);
+            }
             // After the unlock, as in `submit`'s direct path: the driver announces its sleep
             // tick under the lock, so this read sees the tick of any pass that missed the move.
             self.wake_if_before(tick);
