@@ -1,5 +1,6 @@
 //! Criterion micro-benchmarks of wheelpool's hot paths: schedule, cancel, schedule + cancel,
-//! and the execute round trip. The side-by-side comparison with peers is `benches/compare.rs`.
+//! reset and schedule among 1 M pending timers, and the execute round trip. The side-by-side
+//! comparison with peers is `benches/compare.rs`.
 //!
 //! Run: `cargo bench --bench hot_paths`
 
@@ -37,6 +38,52 @@ mod benches {
                 took
             })
         });
+    }
+
+    /// Pending one-hour timers kept in the pool by `pending_1m`.
+    const PENDING: usize = 1_000_000;
+
+    /// With 1 M one-hour timers pending: schedule one more (then cancel it, untimed), and reset
+    /// a pending one to an hour from now (round robin over all of them): the failure detector's
+    /// "heartbeat received" costs no more than arming a new timeout.
+    fn pending_1m(c: &mut Criterion) {
+        let pool = pool();
+        // Filled on first use, so a run filtered to other benches does not pay for it.
+        let pending = std::cell::OnceCell::new();
+        let fill = || -> Vec<_> {
+            (0..PENDING)
+                .map(|_| pool.schedule(|| (), HOUR).expect("schedule"))
+                .collect()
+        };
+        let mut group = c.benchmark_group("pending_1m");
+        group.bench_function("schedule", |b| {
+            pending.get_or_init(fill);
+            b.iter_custom(|iters| {
+                let mut futures = Vec::with_capacity(iters as usize);
+                let start = Instant::now();
+                for _ in 0..iters {
+                    futures.push(pool.schedule(|| (), HOUR).expect("schedule"));
+                }
+                let took = start.elapsed();
+                for f in &futures {
+                    f.cancel();
+                }
+                took
+            })
+        });
+        let mut next = 0;
+        group.bench_function("reset", |b| {
+            let pending = pending.get_or_init(fill);
+            b.iter(|| {
+                let moved = pending[next].reset(HOUR);
+                next = (next + 1) % PENDING;
+                moved
+            })
+        });
+        group.finish();
+        for f in pending.get().into_iter().flatten() {
+            f.cancel();
+        }
     }
 
     /// Cancels `iters` pending one-hour timers in insertion order (timed).
@@ -113,7 +160,7 @@ mod benches {
             .warm_up_time(Duration::from_millis(500))
             .measurement_time(Duration::from_secs(2))
             .sample_size(20);
-        targets = schedule, cancel, schedule_cancel, round_trip, execute_throughput
+        targets = schedule, cancel, schedule_cancel, round_trip, execute_throughput, pending_1m
     }
 }
 

@@ -1,13 +1,14 @@
-//! Retry with exponential backoff: a flaky operation is retried by one-shot resubmission from
-//! inside the task (through a `Handle`), doubling the delay each time, until it succeeds.
+//! Retry with exponential backoff: a flaky operation is retried by one dynamic-delay task. Each
+//! run decides when the next one comes (`Some(backoff)`, doubled and capped) or that there is
+//! none (`None` on success). The whole chain is one task with one future: `join` waits for the
+//! success, and `cancel` stops every retry that has not started, wherever the chain is.
 //!
 //! Run: `cargo run --example retry_backoff`
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use wheelpool::{Handle, ScheduledThreadPool};
+use wheelpool::{ScheduleError, ScheduledFuture, ScheduledThreadPool, TaskError};
 
 /// A fake remote call that fails its first `failures` attempts.
 struct Flaky {
@@ -26,34 +27,40 @@ impl Flaky {
     }
 }
 
-/// One try; on failure schedules the next try `backoff` later (doubled, capped), on success
-/// reports through `done`.
-fn attempt(
-    pool: Handle,
+/// Starts the retry loop: first try now, then `first_backoff`, doubled after each failure up to
+/// `max_backoff`. The reply lands in `reply`; the future ends `Ok(())` after the success.
+fn retry(
+    pool: &ScheduledThreadPool,
+    label: &'static str,
     op: Arc<Flaky>,
-    backoff: Duration,
-    start: Instant,
-    done: mpsc::Sender<(u32, &'static str)>,
-) {
-    let elapsed = start.elapsed().as_millis();
-    match op.call() {
-        Ok(reply) => {
-            println!("{elapsed:>5} ms  success: {reply}");
-            let _ = done.send((op.attempts.load(Ordering::SeqCst), reply));
-        }
-        Err(e) => {
-            println!(
-                "{elapsed:>5} ms  {e}; retrying in {} ms",
-                backoff.as_millis()
-            );
-            let next = (backoff * 2).min(Duration::from_millis(800));
-            let again = pool.clone();
-            // The follow-up goes back into the wheel as a fresh one-shot: no thread sleeps.
-            // Its future is dropped, which detaches (never cancels) the retry.
-            let retry = pool.schedule(move || attempt(again, op, next, start, done), backoff);
-            drop(retry.expect("pool is running"));
-        }
-    }
+    first_backoff: Duration,
+    max_backoff: Duration,
+    reply: Arc<Mutex<Option<&'static str>>>,
+) -> Result<ScheduledFuture<()>, ScheduleError> {
+    let start = Instant::now();
+    let mut backoff = first_backoff;
+    pool.schedule_with_dynamic_delay(
+        move || {
+            let elapsed = start.elapsed().as_millis();
+            match op.call() {
+                Ok(r) => {
+                    println!("[{label}] {elapsed:>5} ms  success: {r}");
+                    *reply.lock().unwrap() = Some(r);
+                    None // done: the task ends and its future gives Ok(())
+                }
+                Err(e) => {
+                    println!(
+                        "[{label}] {elapsed:>5} ms  {e}; retrying in {} ms",
+                        backoff.as_millis()
+                    );
+                    let wait = backoff;
+                    backoff = (backoff * 2).min(max_backoff);
+                    Some(wait)
+                }
+            }
+        },
+        Duration::ZERO,
+    )
 }
 
 fn main() {
@@ -61,24 +68,54 @@ fn main() {
         .threads(2)
         .build()
         .expect("pool");
+    let ms = Duration::from_millis;
+
+    // 1. A call that succeeds on its sixth try: 25, 50, 100, 200, 400 ms of backoff.
     let op = Arc::new(Flaky {
         attempts: AtomicU32::new(0),
         failures: 5,
     });
-    let (tx, rx) = mpsc::channel();
+    let reply = Arc::new(Mutex::new(None));
     let start = Instant::now();
-    let handle = pool.handle();
-    pool.execute(move || attempt(handle, op, Duration::from_millis(25), start, tx))
-        .expect("execute");
-
-    let (attempts, reply) = rx
-        .recv_timeout(Duration::from_secs(10))
-        .expect("the retry loop finished");
+    let chain =
+        retry(&pool, "flaky", op.clone(), ms(25), ms(800), reply.clone()).expect("schedule");
+    assert_eq!(chain.join(), Ok(()));
+    let took = start.elapsed();
     println!(
-        "done after {attempts} attempts ({} ms): {reply}",
-        start.elapsed().as_millis()
+        "done after {} attempts ({} ms): {:?}",
+        op.attempts.load(Ordering::SeqCst),
+        took.as_millis(),
+        reply.lock().unwrap()
     );
-    assert_eq!(attempts, 6);
+    assert_eq!(op.attempts.load(Ordering::SeqCst), 6);
+    assert_eq!(*reply.lock().unwrap(), Some("200 OK"));
+    assert!(
+        took >= ms(25 + 50 + 100 + 200 + 400),
+        "never earlier than the backoff"
+    );
+
+    // 2. A call that never succeeds: the caller gives up after 300 ms and cancels the chain
+    // through one handle, whichever retry is waiting at that moment.
+    let dead = Arc::new(Flaky {
+        attempts: AtomicU32::new(0),
+        failures: u32::MAX,
+    });
+    let reply = Arc::new(Mutex::new(None));
+    let chain =
+        retry(&pool, "dead", dead.clone(), ms(20), ms(100), reply.clone()).expect("schedule");
+    let handle = chain.cancel_handle();
+    std::thread::sleep(ms(300)); // the caller's own deadline (demo only: tests use a ManualClock)
+    assert!(handle.cancel(), "the chain was still retrying");
+    // `join` returns once a try that was running at the cancel has finished.
+    assert_eq!(chain.join(), Err(TaskError::Cancelled));
+    let tries = dead.attempts.load(Ordering::SeqCst);
+    std::thread::sleep(ms(250)); // longer than the largest backoff
+    assert_eq!(
+        dead.attempts.load(Ordering::SeqCst),
+        tries,
+        "no retry after the cancel"
+    );
+    println!("gave up on the dead endpoint after {tries} attempts; the chain is cancelled");
 
     pool.shutdown();
     assert!(pool.await_termination(Duration::from_secs(5)));

@@ -118,6 +118,7 @@ enum BuildErrorKind {
     ZeroMaxPending,
     ThreadNameHasNul,
     Spawn(std::io::Error),
+    ThreadStartPanicked(String),
 }
 
 impl BuildError {
@@ -144,6 +145,11 @@ impl BuildError {
     pub(crate) fn spawn(err: std::io::Error) -> Self {
         BuildError {
             kind: BuildErrorKind::Spawn(err),
+        }
+    }
+    pub(crate) fn thread_start_panicked(message: String) -> Self {
+        BuildError {
+            kind: BuildErrorKind::ThreadStartPanicked(message),
         }
     }
 
@@ -206,6 +212,55 @@ impl BuildError {
     }
 }
 
+impl BuildError {
+    /// True when a [`Builder::on_thread_start`](crate::Builder::on_thread_start) hook panicked
+    /// on a worker. The pool was stopped and its threads joined; building again with the same
+    /// hook fails again unless what made it panic has changed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ScheduledThreadPool;
+    ///
+    /// let err = ScheduledThreadPool::builder()
+    ///     .threads(1)
+    ///     .on_thread_start(|| panic!("metrics registry unavailable"))
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(err.is_thread_start_panic());
+    /// assert!(!err.is_invalid_config() && !err.is_spawn_failure());
+    /// assert!(err.to_string().contains("metrics registry unavailable"));
+    /// ```
+    pub fn is_thread_start_panic(&self) -> bool {
+        matches!(self.kind, BuildErrorKind::ThreadStartPanicked(_))
+    }
+
+    /// The message of the panic that failed the build (an `on_thread_start` hook's), if that
+    /// is what happened; a placeholder text when the payload was not a string.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ScheduledThreadPool;
+    ///
+    /// let err = ScheduledThreadPool::builder()
+    ///     .threads(2)
+    ///     .on_thread_start(|| panic!("no log sink"))
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(err.panic_message(), Some("no log sink"));
+    ///
+    /// let err = ScheduledThreadPool::builder().threads(0).build().unwrap_err();
+    /// assert_eq!(err.panic_message(), None);
+    /// ```
+    pub fn panic_message(&self) -> Option<&str> {
+        match &self.kind {
+            BuildErrorKind::ThreadStartPanicked(message) => Some(message),
+            _ => None,
+        }
+    }
+}
+
 impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
@@ -221,6 +276,11 @@ impl fmt::Display for BuildError {
                 f,
                 "could not start a pool thread: {e}; ask for fewer threads or free system \
                  resources (thread limits, memory) and build again"
+            ),
+            BuildErrorKind::ThreadStartPanicked(message) => write!(
+                f,
+                "an on_thread_start hook panicked on a worker: {message}; the pool was not \
+                 started (its threads are stopped and joined): fix the hook and build again"
             ),
         }
     }

@@ -4,6 +4,7 @@ use crate::error::TaskError;
 use crate::pool::Core;
 use crate::sync::Arc;
 use crate::task::{state, TaskRef, TaskResult};
+use crate::timer::duration_nanos;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -174,6 +175,68 @@ impl<T: Send + 'static> ScheduledFuture<T> {
         Duration::from_nanos(header.deadline().saturating_sub(now))
     }
 
+    /// Moves the task's next run to `delay` from now, earlier or later: the idle timeout that
+    /// every heartbeat pushes back. Returns true if the task was waiting and now waits for the
+    /// new time; false, and nothing changes, once it is running, finished or cancelled (or
+    /// already handed to a worker because it came due).
+    ///
+    /// It never runs before the new deadline (rounded up to the next tick); a zero delay makes
+    /// it due now. For a one-shot, fixed-delay or dynamic-delay task only the next run moves.
+    /// A fixed-rate task's grid re-bases at the new time: its planned runs become `now +
+    /// delay`, then every period after that. A dynamic-rate task counts its next delay from
+    /// the new time. O(1): the task is moved in the wheel, not re-created.
+    ///
+    /// # Examples
+    ///
+    /// A failure detector: each heartbeat pushes the peer's 100 ms timeout back.
+    ///
+    /// ```
+    /// use wheelpool::{ManualClock, ScheduledThreadPool};
+    /// use std::time::Duration;
+    ///
+    /// let ms = Duration::from_millis;
+    /// let clock = ManualClock::new();
+    /// let t0 = clock.now();
+    /// let pool = ScheduledThreadPool::builder().threads(1).clock(clock.clone()).build().unwrap();
+    /// let c = clock.clone();
+    /// let timeout = pool.schedule(move || c.now() - t0, ms(100)).unwrap();
+    /// clock.advance(ms(60));
+    /// assert!(timeout.reset(ms(100))); // a heartbeat at 60 ms: dead at 160 ms, not 100 ms
+    /// clock.advance(ms(99));
+    /// assert!(!timeout.is_done());
+    /// clock.advance(ms(1));
+    /// assert!(!timeout.reset(ms(100)), "it has run: too late to reset");
+    /// assert_eq!(timeout.join(), Ok(ms(160)));
+    /// ```
+    pub fn reset(&self, delay: Duration) -> bool {
+        reset_after(&self.raw(), &self.core, delay)
+    }
+
+    /// Like [`reset`](Self::reset), to the instant `at` on the pool's clock (with a
+    /// `ManualClock`, take it from `clock.now()`); an instant in the past makes the task due
+    /// now. Same return value: false once the task is running, finished or cancelled.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::{ManualClock, ScheduledThreadPool};
+    /// use std::time::Duration;
+    ///
+    /// let ms = Duration::from_millis;
+    /// let clock = ManualClock::new();
+    /// let pool = ScheduledThreadPool::builder().threads(1).clock(clock.clone()).build().unwrap();
+    /// let f = pool.schedule(|| "ran", Duration::from_secs(3600)).unwrap();
+    /// clock.advance(Duration::ZERO); // let the timer thread take it into the wheel
+    /// assert!(f.reset_at(clock.now() + ms(5))); // an hour became 5 ms
+    /// clock.advance(ms(5));
+    /// assert!(f.is_done());
+    /// assert!(!f.reset_at(clock.now()));
+    /// assert_eq!(f.join(), Ok("ran"));
+    /// ```
+    pub fn reset_at(&self, at: Instant) -> bool {
+        reset_at(&self.raw(), &self.core, at)
+    }
+
     /// Blocks until the task finishes and returns its value or why there is none.
     ///
     /// A periodic task's future finishes only when the task stops, so this waits until it is
@@ -273,6 +336,52 @@ impl CancelHandle {
         cancel(&self.task, &self.core)
     }
 
+    /// Moves the task's next run to `delay` from now; same rules and return value as
+    /// [`ScheduledFuture::reset`]. What a peer's connection handler holds to push back its
+    /// idle timeout while someone else owns the future.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::{ManualClock, ScheduledThreadPool};
+    /// use std::time::Duration;
+    ///
+    /// let ms = Duration::from_millis;
+    /// let clock = ManualClock::new();
+    /// let pool = ScheduledThreadPool::builder().threads(1).clock(clock.clone()).build().unwrap();
+    /// let idle = pool.schedule(|| "closed", ms(30)).unwrap();
+    /// let handle = idle.cancel_handle();
+    /// clock.advance(ms(20));
+    /// assert!(std::thread::spawn(move || handle.reset(ms(30))).join().unwrap());
+    /// clock.advance(ms(20)); // 40 ms: the old deadline has passed
+    /// assert!(!idle.is_done());
+    /// clock.advance(ms(10)); // 50 ms
+    /// assert_eq!(idle.join(), Ok("closed"));
+    /// ```
+    pub fn reset(&self, delay: Duration) -> bool {
+        reset_after(&self.task, &self.core, delay)
+    }
+
+    /// Moves the task's next run to the instant `at`; same rules and return value as
+    /// [`ScheduledFuture::reset_at`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::{ManualClock, ScheduledThreadPool};
+    /// use std::time::Duration;
+    ///
+    /// let clock = ManualClock::new();
+    /// let pool = ScheduledThreadPool::builder().threads(1).clock(clock.clone()).build().unwrap();
+    /// let f = pool.schedule(|| (), Duration::from_secs(60)).unwrap();
+    /// let h = f.cancel_handle();
+    /// assert!(h.cancel());
+    /// assert!(!h.reset_at(clock.now()), "a cancelled task cannot be reset");
+    /// ```
+    pub fn reset_at(&self, at: Instant) -> bool {
+        reset_at(&self.task, &self.core, at)
+    }
+
     /// True if the task was cancelled (by anyone, or by the pool's shutdown).
     ///
     /// # Examples
@@ -311,4 +420,14 @@ fn cancel(task: &TaskRef, core: &Core) -> bool {
         Cancelled::Running => task.header().is_periodic(),
         Cancelled::No => false,
     }
+}
+
+fn reset_after(task: &TaskRef, core: &Core, delay: Duration) -> bool {
+    let time = &core.timer.time;
+    let deadline = time.now_nanos().saturating_add(duration_nanos(delay));
+    core.reset(task, deadline)
+}
+
+fn reset_at(task: &TaskRef, core: &Core, at: Instant) -> bool {
+    core.reset(task, core.timer.time.nanos_of(at))
 }

@@ -2,7 +2,7 @@
 //!
 //! Normally these are `std` atomics, `parking_lot` locks and `crossbeam-deque` queues. Under the
 //! crate's own `--cfg wheelpool_loom` they become loom's types, so the loom models explore the
-//! real crate code. (Never a bare `cfg(loom)`: that would switch a downstream crate's copy of
+//! real crate code. (Never a bare `cfg(wheelpool_loom)`: that would switch a downstream crate's copy of
 //! us to loom's types in its own loom tests.) crossbeam-deque and parking_lot are not loom-aware, so under loom the queues are a
 //! `Mutex<VecDeque>` behind the same small interface and the locks are loom's.
 //!

@@ -1,7 +1,8 @@
 //! `Builder`: configure and start a pool.
 
 use super::core::{Core, PanicHandler};
-use super::worker::{self, WorkerSet};
+use super::hooks::{self, StartLatch, ThreadHooks};
+use super::worker::WorkerSet;
 use super::ScheduledThreadPool;
 use crate::error::BuildError;
 use crate::sync::Arc;
@@ -51,6 +52,7 @@ pub struct Builder {
     panic_handler: Option<PanicHandler>,
     clock: Option<ManualClock>,
     missed_ticks: MissedTicks,
+    hooks: ThreadHooks,
 }
 
 impl Builder {
@@ -79,6 +81,7 @@ impl Builder {
             panic_handler: None,
             clock: None,
             missed_ticks: MissedTicks::Burst,
+            hooks: ThreadHooks::default(),
         }
     }
 
@@ -297,13 +300,94 @@ impl Builder {
         self
     }
 
+    /// Runs `hook` on each worker thread once, before that worker takes any task: per-thread
+    /// setup such as a logging context, a metrics registry or CPU affinity. The timer thread
+    /// runs no hook (it never runs user code). A hook that blocks keeps `build` from returning.
+    ///
+    /// If the hook panics on any worker, `build` fails with a [`BuildError`] for which
+    /// [`is_thread_start_panic`](BuildError::is_thread_start_panic) is true, carrying the
+    /// panic's message; the pool is stopped and its threads joined before `build` returns,
+    /// and a worker whose start hook panicked runs no stop hook.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ScheduledThreadPool;
+    /// use std::cell::Cell;
+    /// use std::time::Duration;
+    ///
+    /// thread_local!(static REQUEST_LOG: Cell<&'static str> = const { Cell::new("unset") });
+    ///
+    /// let pool = ScheduledThreadPool::builder()
+    ///     .threads(2)
+    ///     .on_thread_start(|| REQUEST_LOG.with(|l| l.set("per-worker log")))
+    ///     .build()
+    ///     .unwrap();
+    /// let seen = pool.schedule(|| REQUEST_LOG.with(|l| l.get()), Duration::ZERO).unwrap();
+    /// assert_eq!(seen.join(), Ok("per-worker log"));
+    ///
+    /// let err = ScheduledThreadPool::builder()
+    ///     .threads(2)
+    ///     .on_thread_start(|| panic!("no config file"))
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert!(err.is_thread_start_panic());
+    /// assert_eq!(err.panic_message(), Some("no config file"));
+    /// ```
+    pub fn on_thread_start<F>(mut self, hook: F) -> Self
+    where
+        F: Fn() + Send + Sync + 'static,
+    {
+        self.hooks.start = Some(Arc::new(hook));
+        self
+    }
+
+    /// Runs `hook` on each worker thread as it exits (after its last task, at shutdown or
+    /// when the pool is dropped): per-thread teardown, such as flushing a thread's metrics.
+    /// Every stop hook has run once [`await_termination`](ScheduledThreadPool::await_termination)
+    /// returns true, or once a dropped pool has joined its threads.
+    ///
+    /// A panic in the hook is caught: the worker still exits normally and shutdown does not
+    /// hang. The payload goes to the [`panic_handler`](Self::panic_handler) if there is one
+    /// (it is not counted in [`PoolStats::panicked`](crate::PoolStats::panicked), which counts
+    /// task runs), else it is dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ScheduledThreadPool;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    ///
+    /// let stopped = Arc::new(AtomicUsize::new(0));
+    /// let s = stopped.clone();
+    /// let pool = ScheduledThreadPool::builder()
+    ///     .threads(3)
+    ///     .on_thread_stop(move || { s.fetch_add(1, Ordering::SeqCst); })
+    ///     .build()
+    ///     .unwrap();
+    /// assert_eq!(stopped.load(Ordering::SeqCst), 0);
+    /// pool.shutdown();
+    /// assert!(pool.await_termination(Duration::from_secs(10)));
+    /// assert_eq!(stopped.load(Ordering::SeqCst), 3); // once per worker
+    /// ```
+    pub fn on_thread_stop<F>(mut self, hook: F) -> Self
+    where
+        F: Fn() + Send + Sync + 'static,
+    {
+        self.hooks.stop = Some(Arc::new(hook));
+        self
+    }
+
     /// Starts the timer thread and the workers and returns the running pool; it blocks only
     /// while the threads are spawned.
     ///
     /// # Errors
     ///
-    /// A [`BuildError`] for zero threads, a zero tick or a zero `max_pending`, or when a thread
-    /// cannot be started (the threads already started are stopped and joined first).
+    /// A [`BuildError`] for zero threads, a zero tick or a zero `max_pending`, when a thread
+    /// cannot be started, or when an [`on_thread_start`](Self::on_thread_start) hook panics
+    /// (the threads already started are stopped and joined first).
     ///
     /// # Examples
     ///
@@ -351,7 +435,7 @@ impl Builder {
             let listener: Arc<dyn ClockListener> = core.clone();
             c.register(Arc::downgrade(&listener));
         }
-        start_threads(&core, &self.name, locals)
+        start_threads(&core, &self.name, locals, &self.hooks)
             .map(|handles| ScheduledThreadPool::from_parts(core, handles))
     }
 }
@@ -361,8 +445,11 @@ fn start_threads(
     core: &Arc<Core>,
     name: &str,
     locals: Vec<crate::sync::Worker<crate::task::TaskRef>>,
+    hooks: &ThreadHooks,
 ) -> Result<Vec<JoinHandle<()>>, BuildError> {
-    let total = locals.len() + 1;
+    let workers = locals.len();
+    let total = workers + 1;
+    let latch = StartLatch::new();
     let mut handles = Vec::with_capacity(total);
     let c = core.clone();
     let spawned = std::thread::Builder::new()
@@ -384,6 +471,7 @@ fn start_threads(
     }
     for (index, deque) in locals.into_iter().enumerate() {
         let c = core.clone();
+        let (hooks, latch) = (hooks.clone(), latch.clone());
         let spawned = std::thread::Builder::new()
             .name(format!("{name}-{index}"))
             .spawn(move || {
@@ -391,21 +479,30 @@ fn start_threads(
                     core: &c,
                     driver: false,
                 };
-                worker::run(c.clone(), index, deque);
+                hooks::run_worker(c.clone(), index, deque, hooks, latch);
             });
         match spawned {
             Ok(h) => handles.push(h),
             Err(e) => {
                 (handles.len()..total).for_each(|_| core.thread_exited());
-                drop(core.shutdown_now());
-                for h in handles {
-                    let _ = h.join();
-                }
+                stop_and_join(core, handles);
                 return Err(BuildError::spawn(e));
             }
         }
     }
+    if let Some(message) = latch.wait(workers) {
+        stop_and_join(core, handles);
+        return Err(BuildError::thread_start_panicked(message));
+    }
     Ok(handles)
+}
+
+/// Stops a pool that failed to start and joins the threads it had.
+fn stop_and_join(core: &Arc<Core>, handles: Vec<JoinHandle<()>>) {
+    drop(core.shutdown_now());
+    for h in handles {
+        let _ = h.join();
+    }
 }
 
 /// Runs a pool thread's exit bookkeeping even if the thread unwinds.
@@ -439,6 +536,7 @@ impl fmt::Debug for Builder {
             .field("panic_handler", &self.panic_handler.is_some())
             .field("clock", &self.clock)
             .field("missed_ticks", &self.missed_ticks)
+            .field("hooks", &self.hooks)
             .finish()
     }
 }

@@ -267,6 +267,12 @@ impl Core {
         }
     }
 
+    /// The user reset `task`'s next run to `deadline` (nanoseconds since the origin); true if
+    /// it was waiting and moved.
+    pub(crate) fn reset(&self, task: &TaskRef, deadline: u64) -> bool {
+        self.timer.reset(task, deadline, || task.rebase(deadline))
+    }
+
     /// Stops a waiting task for `shutdown_now`; its closure, if this call won it.
     pub(crate) fn take_back(&self, task: &TaskRef) -> Option<PendingTask> {
         self.stop(task, Stop::Now).flatten()
@@ -453,6 +459,23 @@ impl RunEnv for Core {
             drop_user(payload);
         }
         message
+    }
+}
+
+impl Core {
+    /// A worker's stop hook panicked: the payload goes to the panic handler (not counted as a
+    /// task panic in the stats), or is dropped without one.
+    pub(crate) fn report_hook_panic(&self, payload: Box<dyn Any + Send>) {
+        match &self.panic_handler {
+            Some(handler) => {
+                let outcome =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| handler(payload)));
+                if let Err(inner) = outcome {
+                    drop_user(inner);
+                }
+            }
+            None => drop_user(payload),
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod builder;
 mod core;
+mod hooks;
 mod sleep;
 pub(crate) mod submit;
 pub(crate) mod worker;

@@ -5,6 +5,7 @@ use super::core::Core;
 use crate::error::ScheduleError;
 use crate::future::ScheduledFuture;
 use crate::sync::Arc;
+use crate::task::dynamic::{CountFrom, Dynamic};
 use crate::task::periodic::{Periodic, Plan};
 use crate::task::{Job, OneShot, PeriodicOptions, TaskCell, TaskRef};
 use crate::timer::duration_nanos;
@@ -106,6 +107,27 @@ where
         _ => return Err(ScheduleError::ZeroPeriod),
     };
     submit_job(core, Periodic::new(f, plan, opts.survives_panics()), first)
+}
+
+pub(crate) fn dynamic<F>(
+    core: &Arc<Core>,
+    f: F,
+    initial: Duration,
+    from: CountFrom,
+    opts: PeriodicOptions,
+) -> Result<ScheduledFuture<()>, ScheduleError>
+where
+    F: FnMut() -> Option<Duration> + Send + 'static,
+{
+    let first = after(core, initial);
+    let job = Dynamic::new(
+        f,
+        from,
+        first.deadline,
+        duration_nanos(initial),
+        opts.survives_panics(),
+    );
+    submit_job(core, job, first)
 }
 
 /// The scheduling methods of `ScheduledThreadPool` and `Handle`: one text, two types. The type
@@ -341,6 +363,223 @@ macro_rules! scheduling_methods {
         {
             let every = $crate::pool::submit::Every::Delay(delay);
             self.with_core(|core| $crate::pool::submit::periodic(core, f, initial, every, opts))
+        }
+
+        /// Runs `f` at `initial`, then again whenever its last run says: `f` returns
+        /// `Some(delay)` for a next run `delay` after this run **returned**, or `None` to end the
+        /// task, whose future then gives `Ok(())`. Retry loops with backoff, polling that slows
+        /// down when idle. One future (and its [`CancelHandle`]) cancels the whole chain.
+        ///
+        /// Runs never overlap. A panicking run ends the task with [`TaskError::Panicked`]
+        /// (see [`schedule_with_dynamic_delay_with`](Self::schedule_with_dynamic_delay_with) to
+        /// survive panics); cancel and shutdown behave as for fixed-delay tasks.
+        ///
+        /// [`TaskError::Panicked`]: crate::TaskError::Panicked
+        /// [`CancelHandle`]: crate::CancelHandle
+        ///
+        /// # Errors
+        ///
+        /// [`ScheduleError::Shutdown`] or [`ScheduleError::Saturated`]; nothing was queued.
+        ///
+        /// # Examples
+        ///
+        /// Exponential backoff, 10 ms doubling, until the fourth try succeeds: runs at 0, 10,
+        /// 30 and 70 ms, then the task ends with `Ok(())`.
+        ///
+        /// ```
+        /// use wheelpool::{ManualClock, ScheduledThreadPool};
+        /// use std::sync::{Arc, Mutex};
+        /// use std::time::Duration;
+        ///
+        /// let ms = Duration::from_millis;
+        /// let clock = ManualClock::new();
+        /// let t0 = clock.now();
+        /// let pool = ScheduledThreadPool::builder().threads(1).clock(clock.clone()).build().unwrap();
+        /// let tries = Arc::new(Mutex::new(Vec::new()));
+        /// let (log, c) = (tries.clone(), clock.clone());
+        /// let mut backoff = ms(10);
+        /// let retry = pool
+        ///     .schedule_with_dynamic_delay(
+        ///         move || {
+        ///             let mut log = log.lock().unwrap();
+        ///             log.push(c.now() - t0);
+        ///             if log.len() == 4 {
+        ///                 return None; // success: stop retrying
+        ///             }
+        ///             let wait = backoff;
+        ///             backoff *= 2;
+        ///             Some(wait)
+        ///         },
+        ///         Duration::ZERO,
+        ///     )
+        ///     .unwrap();
+        /// clock.advance(ms(100));
+        /// assert_eq!(*tries.lock().unwrap(), [ms(0), ms(10), ms(30), ms(70)]);
+        /// assert_eq!(retry.join(), Ok(()));
+        /// ```
+        pub fn schedule_with_dynamic_delay<F>(
+            &self,
+            f: F,
+            initial: Duration,
+        ) -> Result<ScheduledFuture<()>, ScheduleError>
+        where
+            F: FnMut() -> Option<Duration> + Send + 'static,
+        {
+            self.schedule_with_dynamic_delay_with(f, initial, PeriodicOptions::new())
+        }
+
+        /// [`schedule_with_dynamic_delay`](Self::schedule_with_dynamic_delay) with per-task
+        /// options. Only [`survive_panics`](PeriodicOptions::survive_panics) applies (the
+        /// missed-run policy is for fixed-rate tasks): after a panicking run the task goes on
+        /// with the delay `f` last returned (before any run returned one: `initial`).
+        ///
+        /// # Errors
+        ///
+        /// As [`schedule_with_dynamic_delay`](Self::schedule_with_dynamic_delay).
+        ///
+        /// # Examples
+        ///
+        /// The second run panics; the task survives and runs again 5 ms later, as the first
+        /// run asked:
+        ///
+        /// ```
+        /// use wheelpool::{ManualClock, PeriodicOptions, ScheduledThreadPool};
+        /// use std::sync::atomic::{AtomicUsize, Ordering};
+        /// use std::sync::Arc;
+        /// use std::time::Duration;
+        ///
+        /// let ms = Duration::from_millis;
+        /// let clock = ManualClock::new();
+        /// let pool = ScheduledThreadPool::builder()
+        ///     .threads(1)
+        ///     .clock(clock.clone())
+        ///     .panic_handler(|_| {}) // expected
+        ///     .build()
+        ///     .unwrap();
+        /// let runs = Arc::new(AtomicUsize::new(0));
+        /// let r = runs.clone();
+        /// let task = move || {
+        ///     if r.fetch_add(1, Ordering::SeqCst) == 1 {
+        ///         panic!("flaky");
+        ///     }
+        ///     Some(ms(5))
+        /// };
+        /// let opts = PeriodicOptions::new().survive_panics(true);
+        /// let f = pool.schedule_with_dynamic_delay_with(task, ms(5), opts).unwrap();
+        /// clock.advance(ms(15)); // runs at 5, 10 (panics) and 15 ms
+        /// assert_eq!(runs.load(Ordering::SeqCst), 3);
+        /// assert!(f.cancel());
+        /// ```
+        pub fn schedule_with_dynamic_delay_with<F>(
+            &self,
+            f: F,
+            initial: Duration,
+            opts: PeriodicOptions,
+        ) -> Result<ScheduledFuture<()>, ScheduleError>
+        where
+            F: FnMut() -> Option<Duration> + Send + 'static,
+        {
+            let from = $crate::task::dynamic::CountFrom::End;
+            self.with_core(|core| $crate::pool::submit::dynamic(core, f, initial, from, opts))
+        }
+
+        /// Runs `f` at `initial`, then again whenever its last run says: `f` returns
+        /// `Some(delay)` for a next run `delay` after this run's **planned start** (its deadline,
+        /// so late dispatch does not drift the schedule), or `None` to end the task, whose
+        /// future then gives `Ok(())`. A run that takes longer than the delay it returns makes
+        /// the next run due at once, after it returns: runs never overlap. A
+        /// [`reset`](crate::ScheduledFuture::reset) re-bases: the delay then counts from the new
+        /// deadline.
+        ///
+        /// Panics, cancel and shutdown behave as for fixed-rate tasks.
+        ///
+        /// # Errors
+        ///
+        /// [`ScheduleError::Shutdown`] or [`ScheduleError::Saturated`]; nothing was queued.
+        ///
+        /// # Examples
+        ///
+        /// Each run takes 3 ms (it moves the clock itself) and asks for the next 10 ms after
+        /// it started: runs at 10, 20 and 30 ms, the third ends the task.
+        ///
+        /// ```
+        /// use wheelpool::{ManualClock, ScheduledThreadPool};
+        /// use std::sync::{Arc, Mutex};
+        /// use std::time::Duration;
+        ///
+        /// let ms = Duration::from_millis;
+        /// let clock = ManualClock::new();
+        /// let t0 = clock.now();
+        /// let pool = ScheduledThreadPool::builder().threads(1).clock(clock.clone()).build().unwrap();
+        /// let starts = Arc::new(Mutex::new(Vec::new()));
+        /// let (log, c) = (starts.clone(), clock.clone());
+        /// let sampler = pool
+        ///     .schedule_at_dynamic_rate(
+        ///         move || {
+        ///             let mut log = log.lock().unwrap();
+        ///             log.push(c.now() - t0);
+        ///             c.advance(ms(3)); // the work takes 3 ms
+        ///             (log.len() < 3).then_some(ms(10))
+        ///         },
+        ///         ms(10),
+        ///     )
+        ///     .unwrap();
+        /// clock.advance(ms(40));
+        /// assert_eq!(*starts.lock().unwrap(), [ms(10), ms(20), ms(30)]);
+        /// assert_eq!(sampler.join(), Ok(()));
+        /// ```
+        pub fn schedule_at_dynamic_rate<F>(
+            &self,
+            f: F,
+            initial: Duration,
+        ) -> Result<ScheduledFuture<()>, ScheduleError>
+        where
+            F: FnMut() -> Option<Duration> + Send + 'static,
+        {
+            self.schedule_at_dynamic_rate_with(f, initial, PeriodicOptions::new())
+        }
+
+        /// [`schedule_at_dynamic_rate`](Self::schedule_at_dynamic_rate) with per-task options.
+        /// Only [`survive_panics`](PeriodicOptions::survive_panics) applies: after a panicking
+        /// run the task goes on with the delay `f` last returned (before any run returned one:
+        /// `initial`), counted from that run's planned start.
+        ///
+        /// # Errors
+        ///
+        /// As [`schedule_at_dynamic_rate`](Self::schedule_at_dynamic_rate).
+        ///
+        /// # Examples
+        ///
+        /// ```
+        /// use wheelpool::{ManualClock, PeriodicOptions, ScheduledThreadPool, TaskError};
+        /// use std::time::Duration;
+        ///
+        /// let ms = Duration::from_millis;
+        /// let clock = ManualClock::new();
+        /// let pool = ScheduledThreadPool::builder()
+        ///     .threads(1)
+        ///     .clock(clock.clone())
+        ///     .panic_handler(|_| {}) // expected
+        ///     .build()
+        ///     .unwrap();
+        /// let opts = PeriodicOptions::new().survive_panics(false); // the default
+        /// let f = pool
+        ///     .schedule_at_dynamic_rate_with(|| -> Option<Duration> { panic!("bad probe") }, ms(1), opts)
+        ///     .unwrap();
+        /// clock.advance(ms(1));
+        /// assert_eq!(f.join(), Err(TaskError::Panicked("bad probe".to_owned())));
+        /// ```
+        pub fn schedule_at_dynamic_rate_with<F>(
+            &self,
+            f: F,
+            initial: Duration,
+            opts: PeriodicOptions,
+        ) -> Result<ScheduledFuture<()>, ScheduleError>
+        where
+            F: FnMut() -> Option<Duration> + Send + 'static,
+        {
+            let from = $crate::task::dynamic::CountFrom::PlannedStart;
+            self.with_core(|core| $crate::pool::submit::dynamic(core, f, initial, from, opts))
         }
     };
 }

@@ -169,7 +169,7 @@ impl<J: Job> RawTask for TaskCell<J> {
             Ok(_) => true,
             Err(_) => job.survives_panic(),
         };
-        if job.is_periodic() && go_on {
+        if job.is_periodic() && go_on && !job.ended() {
             if env.stopping() {
                 let ran_ok = result.is_ok();
                 return self.finish_run(env, job, SHUT_DOWN, Err(TaskError::Shutdown), ran_ok);
@@ -225,6 +225,12 @@ impl<J: Job> RawTask for TaskCell<J> {
         };
         wake(waker);
         Some(pending)
+    }
+
+    fn rebase(&self, deadline: u64) {
+        if let Stage::Waiting(job) = &mut self.body.lock().stage {
+            job.rebase(deadline);
+        }
     }
 }
 

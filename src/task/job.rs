@@ -19,6 +19,16 @@ pub(crate) trait Job: Send + 'static {
         false
     }
 
+    /// True once the job has said it wants no further run (a dynamic job's closure returned
+    /// `None`): the task then completes with its run's value instead of re-arming.
+    fn ended(&self) -> bool {
+        false
+    }
+
+    /// The next run was moved to `deadline` (a reset): plans that count from the planned start
+    /// of a run (fixed rate, dynamic rate) count from here now. Others ignore it.
+    fn rebase(&mut self, _deadline: u64) {}
+
     /// True for periodic jobs.
     fn is_periodic(&self) -> bool;
 

@@ -7,6 +7,7 @@
 //! back (periodic re-arm) or stores a final result.
 
 mod cell;
+pub(crate) mod dynamic;
 mod job;
 mod pending;
 pub(crate) mod periodic;
@@ -79,7 +80,7 @@ pub(crate) enum Stop {
 #[derive(Debug)]
 pub(crate) struct Header {
     pub(crate) state: state::State,
-    /// Fixed rate or fixed delay (never changes).
+    /// Periodic (fixed rate, fixed delay, dynamic) rather than one-shot (never changes).
     periodic: bool,
     /// The timer shard whose wheel takes this task (never changes).
     shard: u16,
@@ -114,7 +115,7 @@ impl Header {
         self.deadline.store(nanos, Ordering::Relaxed);
     }
 
-    /// True for fixed-rate and fixed-delay tasks.
+    /// True for periodic tasks: fixed rate, fixed delay, dynamic delay or rate.
     pub(crate) fn is_periodic(&self) -> bool {
         self.periodic
     }
@@ -143,6 +144,11 @@ pub(crate) trait RawTask: Send + Sync + 'static {
     /// The pool stops a waiting task; `Some` if this call won it (with the closure for
     /// [`Stop::Now`]). A task that is running or finished is left alone (`None`).
     fn stop(&self, why: Stop) -> Option<Option<PendingTask>>;
+    /// A reset moved the waiting task's next run to `deadline`: re-bases its plan (a fixed-rate
+    /// grid, a dynamic rate) under the task's body lock. Does nothing unless the closure is in
+    /// the task (waiting). The caller holds the timer lock that keeps the task from being
+    /// dispatched meanwhile, and sets the header's deadline itself.
+    fn rebase(&self, deadline: u64);
 }
 
 /// A task as its future sees it.

@@ -227,6 +227,17 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// A reset moved the next run to `deadline`: a fixed-rate grid re-bases there (the planned
+    /// runs become `deadline`, `deadline + period`, ...); a fixed delay still counts from the
+    /// end of each run, so it has nothing to change.
+    pub(crate) fn rebase(&mut self, deadline: u64) {
+        if let Plan::Rate { planned, .. } = self {
+            *planned = deadline;
+        }
+    }
+}
+
 /// The first slot `base + k * period` (k >= 1) at or after `now`; `now > base`, `period > 0`.
 fn next_grid_slot(base: u64, period: u64, now: u64) -> u64 {
     let steps = (now - base).div_ceil(period);
@@ -263,6 +274,10 @@ impl<F: FnMut() + Send + 'static> Job for Periodic<F> {
 
     fn survives_panic(&self) -> bool {
         self.survive_panics
+    }
+
+    fn rebase(&mut self, deadline: u64) {
+        self.plan.rebase(deadline);
     }
 
     fn is_periodic(&self) -> bool {
@@ -319,6 +334,21 @@ mod tests {
         let mut p = Plan::Delay { delay: 7 };
         assert_eq!(p.next(100), 107);
         assert_eq!(p.next(u64::MAX - 1), u64::MAX);
+    }
+
+    #[test]
+    fn a_rebased_rate_grid_counts_from_the_new_deadline() {
+        let mut p = rate(10, 0, MissedTicks::Burst);
+        p.rebase(37);
+        assert_eq!(p.next(40), 47);
+        assert_eq!(p.next(48), 57);
+        let mut d = Plan::Delay { delay: 7 };
+        d.rebase(1_000);
+        assert_eq!(
+            d.next(100),
+            107,
+            "a fixed delay counts from the end of the run"
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! A task's life is one byte, changed only by compare-and-swap:
 //!
 //! ```text
-//!                  run()                      run returns (one-shot)
+//!                  run()     run returns (one-shot; dynamic: its closure returned None)
 //!  SCHEDULED ──────────────► RUNNING ────────────────────────────► COMPLETED | PANICKED
 //!   │    ▲                    │  │  run returns (periodic) while the pool shuts down
 //!   │    │ re-arm (periodic)  │  └───────────────────────────────► SHUT_DOWN

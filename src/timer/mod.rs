@@ -195,10 +195,14 @@ impl Timer {
         drop(removed);
     }
 
-    /// Moves a task that waits in a wheel to `deadline`; false if it is not waiting in a wheel
-    /// (running, handed to the workers, finished or cancelled). `rebase` runs under the shard's
-    /// lock once the move is certain (a periodic task re-bases its plan there).
-    #[allow(dead_code)] // ScheduledFuture::reset comes with issue 12
+    /// Moves a task that waits in a wheel to `deadline` (nanoseconds since the origin); false,
+    /// with nothing changed, if it is not waiting in a wheel (running, handed to the workers,
+    /// finished or cancelled). `rebase` runs under the shard's lock once the move is certain (a
+    /// periodic task re-bases its plan there).
+    ///
+    /// Under the shard's lock a `SCHEDULED` task with a live key can be neither dispatched (the
+    /// driver polls under this lock) nor unlinked (a cancel unlinks under it). A cancel that wins
+    /// the state after our check unlinks the moved entry by its new key once we unlock.
     pub(crate) fn reset(&self, task: &TaskRef, deadline: u64, rebase: impl FnOnce()) -> bool {
         let tick = self.time.tick_ceil(deadline);
         let mut shard = self.shard_of(task);
