@@ -2,6 +2,7 @@
 
 mod builder;
 mod core;
+mod handle;
 mod hooks;
 mod sleep;
 pub(crate) mod submit;
@@ -9,26 +10,25 @@ pub(crate) mod worker;
 
 pub(crate) use self::core::Core;
 pub use builder::Builder;
+pub use handle::Handle;
 
-use crate::error::ScheduleError;
-use crate::future::ScheduledFuture;
-use crate::sync::{Arc, Mutex, Weak};
-use crate::task::{PendingTask, PeriodicOptions};
+use crate::sync::Arc;
+use crate::task::PendingTask;
 use std::fmt;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-#[allow(unused_imports)] // used in the docs of the generated scheduling methods
-use crate::task::MissedTicks;
 
 /// A scheduled thread pool: one timer thread keeps delays in a hierarchical timing wheel, and a
 /// work-stealing set of workers runs what is due.
 ///
 /// Build one with [`ScheduledThreadPool::new`] (one worker per CPU, 1 ms tick) or
-/// [`ScheduledThreadPool::builder`]. Schedule with [`execute`](Self::execute),
-/// [`schedule`](Self::schedule), [`schedule_at`](Self::schedule_at),
-/// [`schedule_at_fixed_rate`](Self::schedule_at_fixed_rate) and
-/// [`schedule_with_fixed_delay`](Self::schedule_with_fixed_delay).
+/// [`ScheduledThreadPool::builder`]. Schedule with [`execute`](Handle::execute),
+/// [`schedule`](Handle::schedule), [`schedule_at`](Handle::schedule_at),
+/// [`schedule_at_fixed_rate`](Handle::schedule_at_fixed_rate),
+/// [`schedule_with_fixed_delay`](Handle::schedule_with_fixed_delay),
+/// [`schedule_with_dynamic_delay`](Handle::schedule_with_dynamic_delay) and
+/// [`schedule_at_dynamic_rate`](Handle::schedule_at_dynamic_rate): the pool dereferences to its
+/// own [`Handle`], where these are written once.
 ///
 /// Dropping the pool does [`shutdown_now`](Self::shutdown_now) (tasks that had not started are
 /// cancelled and dropped) and then joins every pool thread. For a graceful end, call
@@ -47,29 +47,10 @@ use crate::task::MissedTicks;
 /// assert!(pool.await_termination(Duration::from_secs(10)));
 /// ```
 pub struct ScheduledThreadPool {
-    core: Arc<Core>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
-}
-
-/// A cheap, cloneable way to schedule on a pool without keeping it alive: what a task captures
-/// to schedule its follow-ups. Once the pool is gone, every method returns
-/// [`ScheduleError::Shutdown`].
-///
-/// # Examples
-///
-/// ```
-/// use wheelpool::{ScheduledThreadPool, ScheduleError};
-/// use std::time::Duration;
-///
-/// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
-/// let handle = pool.handle();
-/// assert_eq!(handle.schedule(|| 1, Duration::ZERO).unwrap().join(), Ok(1));
-/// drop(pool);
-/// assert_eq!(handle.execute(|| ()).unwrap_err(), ScheduleError::Shutdown);
-/// ```
-#[derive(Clone)]
-pub struct Handle {
-    core: Weak<Core>,
+    /// The pool's own handle: it owns the core, and the scheduling methods are its.
+    handle: Handle,
+    /// Only `Drop` touches them (with `&mut self`), so no lock.
+    threads: Vec<JoinHandle<()>>,
 }
 
 /// A snapshot of a pool's counters (each read on its own, so they may be a moment apart).
@@ -147,19 +128,14 @@ impl ScheduledThreadPool {
 
     pub(crate) fn from_parts(core: Arc<Core>, threads: Vec<JoinHandle<()>>) -> Self {
         ScheduledThreadPool {
-            core,
-            threads: Mutex::new(threads),
+            handle: Handle::owner(core),
+            threads,
         }
     }
 
-    fn with_core<R>(
-        &self,
-        f: impl FnOnce(&Arc<Core>) -> Result<R, ScheduleError>,
-    ) -> Result<R, ScheduleError> {
-        f(&self.core)
+    fn core(&self) -> &Arc<Core> {
+        self.handle.owned_core()
     }
-
-    submit::scheduling_methods!();
 
     /// A [`Handle`] to schedule on this pool without keeping it alive.
     ///
@@ -171,13 +147,11 @@ impl ScheduledThreadPool {
     /// h.execute(|| ()).unwrap();
     /// ```
     pub fn handle(&self) -> Handle {
-        Handle {
-            core: Arc::downgrade(&self.core),
-        }
+        self.handle.clone() // does not keep the pool alive
     }
 
     /// Starts a graceful shutdown and returns at once: new schedules fail with
-    /// [`ScheduleError::Shutdown`]; tasks already due or delayed still run at their time;
+    /// [`ScheduleError::Shutdown`](crate::ScheduleError::Shutdown); tasks already due or delayed still run at their time;
     /// periodic tasks stop after their current run (their futures end
     /// [`TaskError::Shutdown`](crate::TaskError::Shutdown)). The pool terminates when nothing
     /// is left. Calling it again does nothing.
@@ -194,7 +168,7 @@ impl ScheduledThreadPool {
     /// assert!(pool.await_termination(Duration::from_secs(10)));
     /// ```
     pub fn shutdown(&self) {
-        self.core.shutdown();
+        self.core().shutdown();
     }
 
     /// Stops at once: nothing new starts; runs in progress finish; every task that had not
@@ -215,7 +189,7 @@ impl ScheduledThreadPool {
     /// assert!(f.is_cancelled());
     /// ```
     pub fn shutdown_now(&self) -> Vec<PendingTask> {
-        self.core.shutdown_now()
+        self.core().shutdown_now()
     }
 
     /// Blocks until the pool has terminated (after a shutdown, every pool thread has exited) or
@@ -233,7 +207,7 @@ impl ScheduledThreadPool {
     /// assert!(pool.is_terminated());
     /// ```
     pub fn await_termination(&self, timeout: Duration) -> bool {
-        self.core
+        self.core()
             .await_termination(Instant::now().checked_add(timeout))
     }
 
@@ -247,7 +221,7 @@ impl ScheduledThreadPool {
     /// assert!(pool.is_shutdown());
     /// ```
     pub fn is_shutdown(&self) -> bool {
-        self.core.is_shutdown()
+        self.core().is_shutdown()
     }
 
     /// True once the pool has shut down and every pool thread has exited.
@@ -263,7 +237,7 @@ impl ScheduledThreadPool {
     /// assert!(pool.await_termination(Duration::from_secs(10)) && pool.is_terminated());
     /// ```
     pub fn is_terminated(&self) -> bool {
-        self.core.is_terminated()
+        self.core().is_terminated()
     }
 
     /// The pool's counters.
@@ -276,7 +250,7 @@ impl ScheduledThreadPool {
     /// assert_eq!(pool.stats().completed, 1);
     /// ```
     pub fn stats(&self) -> PoolStats {
-        self.core.stats()
+        self.core().stats()
     }
 }
 
@@ -284,13 +258,24 @@ impl Drop for ScheduledThreadPool {
     /// `shutdown_now`, then join every pool thread (except the current one, if a task drops
     /// the pool from inside it).
     fn drop(&mut self) {
-        drop(self.core.shutdown_now());
+        drop(self.core().shutdown_now());
         let me = std::thread::current().id();
-        for t in self.threads.lock().drain(..) {
+        for t in self.threads.drain(..) {
             if t.thread().id() != me {
                 let _ = t.join();
             }
         }
+    }
+}
+
+/// The scheduling methods ([`schedule`](Handle::schedule), [`execute`](Handle::execute),
+/// [`schedule_at_fixed_rate`](Handle::schedule_at_fixed_rate), ...) are [`Handle`]'s, written
+/// once there; the pool dereferences to its own handle.
+impl std::ops::Deref for ScheduledThreadPool {
+    type Target = Handle;
+
+    fn deref(&self) -> &Handle {
+        &self.handle
     }
 }
 
@@ -299,27 +284,5 @@ impl fmt::Debug for ScheduledThreadPool {
         f.debug_struct("ScheduledThreadPool")
             .field("stats", &self.stats())
             .finish_non_exhaustive()
-    }
-}
-
-impl Handle {
-    fn with_core<R>(
-        &self,
-        f: impl FnOnce(&Arc<Core>) -> Result<R, ScheduleError>,
-    ) -> Result<R, ScheduleError> {
-        match self.core.upgrade() {
-            Some(core) => f(&core),
-            None => Err(ScheduleError::Shutdown),
-        }
-    }
-
-    submit::scheduling_methods!();
-}
-
-impl fmt::Debug for Handle {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Handle")
-            .field("alive", &(self.core.strong_count() > 0))
-            .finish()
     }
 }

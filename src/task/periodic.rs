@@ -36,8 +36,8 @@ pub enum MissedTicks {
 }
 
 /// Per-task options for periodic tasks, passed to
-/// [`schedule_at_fixed_rate_with`](crate::ScheduledThreadPool::schedule_at_fixed_rate_with) and
-/// [`schedule_with_fixed_delay_with`](crate::ScheduledThreadPool::schedule_with_fixed_delay_with).
+/// [`schedule_at_fixed_rate_with`](crate::Handle::schedule_at_fixed_rate_with) and
+/// [`schedule_with_fixed_delay_with`](crate::Handle::schedule_with_fixed_delay_with).
 ///
 /// # Examples
 ///

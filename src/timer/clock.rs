@@ -22,7 +22,7 @@ pub(crate) trait ClockListener: Send + Sync {
 ///
 /// Pass a clone to [`Builder::clock`](crate::Builder::clock). Every pool built with it measures
 /// delays on this time line, and [`now`](ManualClock::now) gives the `Instant` that
-/// [`schedule_at`](crate::ScheduledThreadPool::schedule_at) expects.
+/// [`schedule_at`](crate::Handle::schedule_at) expects.
 ///
 /// # Examples
 ///
