@@ -97,7 +97,6 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
-mod future;
 mod pool;
 mod sync;
 mod task;
@@ -105,8 +104,8 @@ mod timer;
 pub mod wheel;
 
 pub use error::{BuildError, ScheduleError, TaskError};
-pub use future::{CancelHandle, ScheduledFuture};
 pub use pool::{Builder, Handle, PoolStats, ScheduledThreadPool};
+pub use pool::{CancelHandle, ScheduledFuture};
 pub use task::{MissedTicks, PendingTask, PeriodicOptions};
 pub use timer::ManualClock;
 

@@ -19,8 +19,9 @@ use super::worker::{self, WorkerSet};
 use super::PoolStats;
 use crate::error::ScheduleError;
 use crate::sync::{AtomicU64, AtomicU8, AtomicUsize, CachePadded, Condvar, Mutex, Ordering};
+use crate::task::state::End;
 use crate::task::{
-    drop_user, state, Cancelled, MissedTicks, PendingTask, RunEnv, RunOutcome, Stop, TaskRef,
+    drop_user, Cancelled, MissedTicks, PendingTask, RunEnv, RunOutcome, Stop, Stopped, TaskRef,
 };
 pub(crate) use crate::timer::Lifecycle;
 use crate::timer::{ClockListener, Host, Timer};
@@ -204,7 +205,7 @@ impl Core {
             // Graceful shutdown while queued: a periodic task that had not started does not
             // start. Not under `Stop`: there a task this worker took before `shutdown_now`'s
             // sweep must run (it was not there to be handed back), and `run` then ends it.
-            if self.stop_for_shutdown(task) || task.header().state.load() != state::SCHEDULED {
+            if self.stop_for_shutdown(task) || !task.header().state.is_scheduled() {
                 self.settle_left_pool();
                 return;
             }
@@ -240,8 +241,8 @@ impl Core {
 
     /// Counts a task that ended cancelled or stopped by a shutdown (its future says Cancelled
     /// or Shutdown). Runs are counted apart: `completed` per normal return, `panicked` per panic.
-    fn count_end(&self, end: u8) {
-        if matches!(end, state::CANCELLED | state::SHUT_DOWN) {
+    fn count_end(&self, end: End) {
+        if matches!(end, End::Cancelled | End::ShutDown) {
             self.cancelled.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -275,19 +276,24 @@ impl Core {
 
     /// Stops a waiting task for `shutdown_now`; its closure, if this call won it.
     pub(crate) fn take_back(&self, task: &TaskRef) -> Option<PendingTask> {
-        self.stop(task, Stop::Now).flatten()
+        match self.stop(task, Stop::Now) {
+            Stopped::HandedBack(pending) => Some(pending),
+            Stopped::NotWaiting | Stopped::Ended => None,
+        }
     }
 
     /// Stops a waiting task because the pool is shutting down; true if this call won it.
     pub(crate) fn stop_for_shutdown(&self, task: &TaskRef) -> bool {
-        self.stop(task, Stop::Shutdown).is_some()
+        !matches!(self.stop(task, Stop::Shutdown), Stopped::NotWaiting)
     }
 
-    fn stop(&self, task: &TaskRef, why: Stop) -> Option<Option<PendingTask>> {
-        let won = task.stop(why)?;
-        self.count_end(state::CANCELLED); // it never ran (again): counted with the cancelled
-        self.task_ended();
-        Some(won)
+    fn stop(&self, task: &TaskRef, why: Stop) -> Stopped {
+        let stopped = task.stop(why);
+        if !matches!(stopped, Stopped::NotWaiting) {
+            self.count_end(End::Cancelled); // it never ran (again): counted with the cancelled
+            self.task_ended();
+        }
+        stopped
     }
 
     // ---- shutdown ---------------------------------------------------------------------------
@@ -435,7 +441,7 @@ impl RunEnv for Core {
         self.lifecycle.load(Ordering::SeqCst) != RUNNING
     }
 
-    fn run_ending(&self, end: u8, ran_ok: bool) {
+    fn run_ending(&self, end: End, ran_ok: bool) {
         if ran_ok {
             self.completed.fetch_add(1, Ordering::Relaxed);
         }

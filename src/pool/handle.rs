@@ -2,9 +2,9 @@
 //! own handle (which owns the core); other handles refer to the core without keeping it alive.
 
 use super::core::Core;
+use super::future::ScheduledFuture;
 use super::submit::{self, Every};
 use crate::error::ScheduleError;
-use crate::future::ScheduledFuture;
 use crate::sync::{Arc, Weak};
 use crate::task::dynamic::CountFrom;
 use crate::task::PeriodicOptions;

@@ -2,6 +2,7 @@
 
 mod builder;
 mod core;
+mod future;
 mod handle;
 mod hooks;
 mod sleep;
@@ -10,6 +11,7 @@ pub(crate) mod worker;
 
 pub(crate) use self::core::Core;
 pub use builder::Builder;
+pub use future::{CancelHandle, ScheduledFuture};
 pub use handle::Handle;
 
 use crate::sync::Arc;

@@ -2,8 +2,8 @@
 //! `Core::submit`. The public methods that call these live on `Handle` (`handle.rs`).
 
 use super::core::Core;
+use super::future::ScheduledFuture;
 use crate::error::ScheduleError;
-use crate::future::ScheduledFuture;
 use crate::sync::Arc;
 use crate::task::dynamic::{CountFrom, Dynamic};
 use crate::task::periodic::{Periodic, Plan};

@@ -1,9 +1,7 @@
 //! `TaskCell<J>`: the one allocation behind a task and its future.
 
-use super::state::{
-    CANCELLED, COMPLETED, PANICKED, RUNNING, RUNNING_CANCELLED, SCHEDULED, SHUT_DOWN,
-};
-use super::{Cancelled, Header, Job, PendingTask, RawTask, RunEnv, RunOutcome, Stop, TaskResult};
+use super::state::{End, Snapshot};
+use super::{Cancelled, Header, Job, RawTask, RunEnv, RunOutcome, Stop, Stopped, TaskResult};
 use crate::error::TaskError;
 use crate::sync::Mutex;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -114,17 +112,17 @@ impl<J: Job> TaskCell<J> {
         body.stage = Stage::Waiting(job);
         // The closure is back in the body before the task can be seen as SCHEDULED again, so a
         // canceller that wins SCHEDULED -> CANCELLED finds it there.
-        if self.header.state.transition(RUNNING, SCHEDULED) {
+        if self.header.state.rearm() {
             return RunOutcome::Rearm { panicked, now };
         }
-        // RUNNING_CANCELLED: the cancel returned true; no run may follow.
+        // RunningCancelled: the cancel returned true; no run may follow.
         let job = std::mem::replace(&mut body.stage, Stage::Running);
         drop(body);
         drop_user(job);
-        self.header.state.finish(CANCELLED);
-        env.run_ending(CANCELLED, !panicked);
+        self.header.state.finish_cancelled_run();
+        env.run_ending(End::Cancelled, !panicked);
         self.complete(Err(TaskError::Cancelled));
-        RunOutcome::Finished(CANCELLED)
+        RunOutcome::Finished(End::Cancelled)
     }
 
     /// After a run that ends the task: store `result` as `to`, or `Cancelled` if a cancel came in.
@@ -133,24 +131,24 @@ impl<J: Job> TaskCell<J> {
         &self,
         env: &dyn RunEnv,
         job: J,
-        to: u8,
+        to: End,
         result: Result<J::Output, TaskError>,
         ran_ok: bool,
     ) -> RunOutcome {
         drop_user(job);
         // Only this worker leaves RUNNING (a canceller may only mark it RUNNING_CANCELLED), and
         // the stage stays `Running` until `complete`, so joiners wait for the result below.
-        if self.header.state.transition(RUNNING, to) {
+        if self.header.state.end_run(to) {
             env.run_ending(to, ran_ok);
             self.complete(result);
             return RunOutcome::Finished(to);
         }
-        // RUNNING_CANCELLED: the run's value (if any) is dropped before the future says Cancelled.
+        // RunningCancelled: the run's value (if any) is dropped before the future says Cancelled.
         drop_user(result);
-        self.header.state.finish(CANCELLED);
-        env.run_ending(CANCELLED, ran_ok);
+        self.header.state.finish_cancelled_run();
+        env.run_ending(End::Cancelled, ran_ok);
         self.complete(Err(TaskError::Cancelled));
-        RunOutcome::Finished(CANCELLED)
+        RunOutcome::Finished(End::Cancelled)
     }
 }
 
@@ -160,7 +158,7 @@ impl<J: Job> RawTask for TaskCell<J> {
     }
 
     fn run(&self, env: &dyn RunEnv) -> RunOutcome {
-        if !self.header.state.transition(SCHEDULED, RUNNING) {
+        if !self.header.state.start() {
             return RunOutcome::NotStarted;
         }
         let mut job = self.take_job();
@@ -172,7 +170,7 @@ impl<J: Job> RawTask for TaskCell<J> {
         if job.is_periodic() && go_on && !job.ended() {
             if env.stopping() {
                 let ran_ok = result.is_ok();
-                return self.finish_run(env, job, SHUT_DOWN, Err(TaskError::Shutdown), ran_ok);
+                return self.finish_run(env, job, End::ShutDown, Err(TaskError::Shutdown), ran_ok);
             }
             let now = env.now_nanos();
             if let Some(next) = job.plan_next(now) {
@@ -180,16 +178,19 @@ impl<J: Job> RawTask for TaskCell<J> {
             }
         }
         match result {
-            Ok(value) => self.finish_run(env, job, COMPLETED, Ok(value), true),
-            Err(msg) => self.finish_run(env, job, PANICKED, Err(TaskError::Panicked(msg)), false),
+            Ok(value) => self.finish_run(env, job, End::Completed, Ok(value), true),
+            Err(msg) => {
+                let err = Err(TaskError::Panicked(msg));
+                self.finish_run(env, job, End::Panicked, err, false)
+            }
         }
     }
 
     fn cancel(&self) -> Cancelled {
         loop {
             match self.header.state.load() {
-                SCHEDULED => {
-                    if self.header.state.transition(SCHEDULED, CANCELLED) {
+                Snapshot::Scheduled => {
+                    if self.header.state.end_waiting(End::Cancelled) {
                         // The closure and what it captured go now, not at the deadline.
                         let (job, waker) = self.finish_waiting(Err(TaskError::Cancelled));
                         drop_user(job);
@@ -197,8 +198,8 @@ impl<J: Job> RawTask for TaskCell<J> {
                         return Cancelled::Waiting;
                     }
                 }
-                RUNNING => {
-                    if self.header.state.transition(RUNNING, RUNNING_CANCELLED) {
+                Snapshot::Running => {
+                    if self.header.state.cancel_running() {
                         return Cancelled::Running;
                     }
                 }
@@ -207,24 +208,24 @@ impl<J: Job> RawTask for TaskCell<J> {
         }
     }
 
-    fn stop(&self, why: Stop) -> Option<Option<PendingTask>> {
+    fn stop(&self, why: Stop) -> Stopped {
         let (to, err) = match why {
-            Stop::Now => (CANCELLED, TaskError::Cancelled),
-            Stop::Shutdown => (SHUT_DOWN, TaskError::Shutdown),
+            Stop::Now => (End::Cancelled, TaskError::Cancelled),
+            Stop::Shutdown => (End::ShutDown, TaskError::Shutdown),
         };
-        if !self.header.state.transition(SCHEDULED, to) {
-            return None;
+        if !self.header.state.end_waiting(to) {
+            return Stopped::NotWaiting;
         }
         let (job, waker) = self.finish_waiting(Err(err));
-        let pending = match why {
-            Stop::Now => Some(job.into_pending()),
+        let stopped = match why {
+            Stop::Now => Stopped::HandedBack(job.into_pending()),
             Stop::Shutdown => {
                 drop_user(job);
-                None
+                Stopped::Ended
             }
         };
         wake(waker);
-        Some(pending)
+        stopped
     }
 
     fn rebase(&self, deadline: u64) {

@@ -39,7 +39,7 @@ pub(crate) trait RunEnv {
     /// The run that just returned was the task's last: it ends in terminal state `end`;
     /// `ran_ok` says that run returned normally. Called before the future completes, so the
     /// pool's counters already agree when `join` returns.
-    fn run_ending(&self, end: u8, ran_ok: bool);
+    fn run_ending(&self, end: state::End, ran_ok: bool);
 }
 
 /// What became of a task after a worker ran it.
@@ -48,7 +48,7 @@ pub(crate) enum RunOutcome {
     /// Someone else won the task before it started (cancel or shutdown): nothing ran.
     NotStarted,
     /// The task ran and ended in this terminal state.
-    Finished(u8),
+    Finished(state::End),
     /// A periodic task ran (`panicked`: that run panicked and the task survives panics) and is
     /// `SCHEDULED` again for `header().deadline()`: resubmit it.
     /// `now`: the clock reading the next deadline was planned from (one read serves both).
@@ -74,6 +74,17 @@ pub(crate) enum Stop {
     /// A periodic task at shutdown, or a task the pool could not accept after all: it ends
     /// `Shutdown` and its closure is dropped.
     Shutdown,
+}
+
+/// What the pool's stop did to a task.
+#[derive(Debug)]
+pub(crate) enum Stopped {
+    /// It was not waiting (running, finished, or someone else won it): nothing changed.
+    NotWaiting,
+    /// [`Stop::Now`] won it: it ended `Cancelled`; here is its closure for the caller.
+    HandedBack(PendingTask),
+    /// [`Stop::Shutdown`] won it: it ended `ShutDown`; its closure was dropped.
+    Ended,
 }
 
 /// The fields every task has, whatever its closure and output types.
@@ -141,9 +152,8 @@ pub(crate) trait RawTask: Send + Sync + 'static {
     fn run(&self, env: &dyn RunEnv) -> RunOutcome;
     /// The user's cancel.
     fn cancel(&self) -> Cancelled;
-    /// The pool stops a waiting task; `Some` if this call won it (with the closure for
-    /// [`Stop::Now`]). A task that is running or finished is left alone (`None`).
-    fn stop(&self, why: Stop) -> Option<Option<PendingTask>>;
+    /// The pool stops a waiting task. A task that is running or finished is left alone.
+    fn stop(&self, why: Stop) -> Stopped;
     /// A reset moved the waiting task's next run to `deadline`: re-bases its plan (a fixed-rate
     /// grid, a dynamic rate) under the task's body lock. Does nothing unless the closure is in
     /// the task (waiting). The caller holds the timer lock that keeps the task from being

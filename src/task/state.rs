@@ -32,20 +32,79 @@
 
 use crate::sync::{AtomicU8, Ordering};
 
-/// Waiting to run.
-pub(crate) const SCHEDULED: u8 = 0;
-/// A worker is running the closure.
-pub(crate) const RUNNING: u8 = 1;
-/// Cancelled while running: the run finishes, its result is dropped, nothing runs after it.
-pub(crate) const RUNNING_CANCELLED: u8 = 2;
-/// Finished with a value (one-shot).
-pub(crate) const COMPLETED: u8 = 3;
-/// Cancelled by `cancel()`.
-pub(crate) const CANCELLED: u8 = 4;
-/// A run panicked and the task stopped.
-pub(crate) const PANICKED: u8 = 5;
-/// Stopped by the pool's shutdown before it could run (again).
-pub(crate) const SHUT_DOWN: u8 = 6;
+// The bytes behind the states. They never leave this file: other modules see `Snapshot`s and
+// call named transitions.
+const SCHEDULED: u8 = 0;
+const RUNNING: u8 = 1;
+const RUNNING_CANCELLED: u8 = 2;
+const COMPLETED: u8 = 3;
+const CANCELLED: u8 = 4;
+const PANICKED: u8 = 5;
+const SHUT_DOWN: u8 = 6;
+
+/// How a task ended: its terminal state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum End {
+    /// Finished with a value (one-shot), or a dynamic task's closure ended it.
+    Completed,
+    /// Cancelled by `cancel()` or handed back by `shutdown_now`.
+    Cancelled,
+    /// A run panicked and the task stopped.
+    Panicked,
+    /// Stopped by the pool's shutdown before it could run (again).
+    ShutDown,
+}
+
+impl End {
+    fn byte(self) -> u8 {
+        match self {
+            End::Completed => COMPLETED,
+            End::Cancelled => CANCELLED,
+            End::Panicked => PANICKED,
+            End::ShutDown => SHUT_DOWN,
+        }
+    }
+}
+
+/// A typed reading of a task's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Snapshot {
+    /// Waiting to run.
+    Scheduled,
+    /// A worker is running the closure.
+    Running,
+    /// Cancelled while running: the run finishes, its result is dropped, nothing runs after it.
+    RunningCancelled,
+    /// Terminal: never changes again.
+    Ended(End),
+}
+
+impl Snapshot {
+    fn of(byte: u8) -> Snapshot {
+        match byte {
+            SCHEDULED => Snapshot::Scheduled,
+            RUNNING => Snapshot::Running,
+            RUNNING_CANCELLED => Snapshot::RunningCancelled,
+            COMPLETED => Snapshot::Ended(End::Completed),
+            CANCELLED => Snapshot::Ended(End::Cancelled),
+            PANICKED => Snapshot::Ended(End::Panicked),
+            _ => Snapshot::Ended(End::ShutDown),
+        }
+    }
+
+    /// True for states that never change again.
+    pub(crate) fn is_terminal(self) -> bool {
+        matches!(self, Snapshot::Ended(_))
+    }
+
+    /// True for states that mean "will not run (again) because someone stopped it".
+    pub(crate) fn is_cancelled(self) -> bool {
+        matches!(
+            self,
+            Snapshot::RunningCancelled | Snapshot::Ended(End::Cancelled | End::ShutDown)
+        )
+    }
+}
 
 /// The atomic state of one task.
 #[derive(Debug)]
@@ -56,35 +115,57 @@ impl State {
         State(AtomicU8::new(SCHEDULED))
     }
 
-    pub(crate) fn load(&self) -> u8 {
+    pub(crate) fn load(&self) -> Snapshot {
         // Acquire: pairs with the AcqRel transitions below.
-        self.0.load(Ordering::Acquire)
+        Snapshot::of(self.0.load(Ordering::Acquire))
+    }
+
+    /// True while the task waits to run.
+    pub(crate) fn is_scheduled(&self) -> bool {
+        self.load() == Snapshot::Scheduled
     }
 
     /// Moves `from -> to`; true if this call made the change.
-    pub(crate) fn transition(&self, from: u8, to: u8) -> bool {
+    fn transition(&self, from: u8, to: u8) -> bool {
         // AcqRel: the winner takes over the body the previous owner released.
         self.0
             .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     }
 
-    /// Stores a terminal state; only the thread that owns the task (it won the last CAS) calls it.
-    pub(crate) fn finish(&self, to: u8) {
-        debug_assert!(is_terminal(to));
-        // Release: pairs with the Acquire in `load`, publishing the result stored before it.
-        self.0.store(to, Ordering::Release);
+    /// A worker takes a waiting task to run it.
+    pub(crate) fn start(&self) -> bool {
+        self.transition(SCHEDULED, RUNNING)
     }
-}
 
-/// True for states that never change again.
-pub(crate) fn is_terminal(state: u8) -> bool {
-    state >= COMPLETED
-}
+    /// A periodic task's worker puts it back to wait for its next run (fails if a cancel
+    /// marked the run `RunningCancelled`).
+    pub(crate) fn rearm(&self) -> bool {
+        self.transition(RUNNING, SCHEDULED)
+    }
 
-/// True for states that mean "will not run (again) because someone stopped it".
-pub(crate) fn is_cancelled(state: u8) -> bool {
-    matches!(state, CANCELLED | RUNNING_CANCELLED | SHUT_DOWN)
+    /// A waiting task is stopped before it runs (cancel, `shutdown_now`, or a shutdown): it
+    /// ends as `to`.
+    pub(crate) fn end_waiting(&self, to: End) -> bool {
+        self.transition(SCHEDULED, to.byte())
+    }
+
+    /// A cancel marks a running task: that run finishes, nothing runs after it.
+    pub(crate) fn cancel_running(&self) -> bool {
+        self.transition(RUNNING, RUNNING_CANCELLED)
+    }
+
+    /// The worker ends the task after its last run, unless a cancel marked it meanwhile.
+    pub(crate) fn end_run(&self, to: End) -> bool {
+        self.transition(RUNNING, to.byte())
+    }
+
+    /// Stores a terminal state after a cancelled run; only the worker that ran it calls this.
+    pub(crate) fn finish_cancelled_run(&self) {
+        debug_assert_eq!(self.load(), Snapshot::RunningCancelled);
+        // Release: pairs with the Acquire in `load`, publishing the result stored before it.
+        self.0.store(CANCELLED, Ordering::Release);
+    }
 }
 
 #[cfg(all(test, not(wheelpool_loom)))]
@@ -94,19 +175,25 @@ mod tests {
     #[test]
     fn exactly_one_cas_leaves_scheduled() {
         let s = State::new();
-        assert!(s.transition(SCHEDULED, RUNNING));
-        assert!(!s.transition(SCHEDULED, CANCELLED));
-        assert_eq!(s.load(), RUNNING);
-        assert!(s.transition(RUNNING, RUNNING_CANCELLED));
-        assert!(is_cancelled(s.load()));
-        assert!(!is_terminal(s.load()));
-        s.finish(CANCELLED);
-        assert!(is_terminal(s.load()));
+        assert!(s.start());
+        assert!(!s.end_waiting(End::Cancelled));
+        assert_eq!(s.load(), Snapshot::Running);
+        assert!(s.cancel_running());
+        assert!(s.load().is_cancelled());
+        assert!(!s.load().is_terminal());
+        assert!(!s.rearm(), "a cancelled run never re-arms");
+        s.finish_cancelled_run();
+        assert_eq!(s.load(), Snapshot::Ended(End::Cancelled));
     }
 
     #[test]
-    fn terminal_set_is_exact() {
-        let terminal: Vec<u8> = (0..=SHUT_DOWN).filter(|&s| is_terminal(s)).collect();
-        assert_eq!(terminal, vec![COMPLETED, CANCELLED, PANICKED, SHUT_DOWN]);
+    fn bytes_and_snapshots_agree() {
+        for end in [End::Completed, End::Cancelled, End::Panicked, End::ShutDown] {
+            assert_eq!(Snapshot::of(end.byte()), Snapshot::Ended(end));
+            assert!(Snapshot::of(end.byte()).is_terminal());
+        }
+        assert!(!Snapshot::of(SCHEDULED).is_terminal());
+        assert!(!Snapshot::of(RUNNING).is_cancelled());
+        assert!(Snapshot::of(SHUT_DOWN).is_cancelled());
     }
 }

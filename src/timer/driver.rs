@@ -7,7 +7,7 @@
 
 use super::{Gate, Host, Lifecycle, Timer, AWAKE, CHUNK};
 use crate::sync::{Arc, Ordering};
-use crate::task::{state, TaskRef, NO_KEY};
+use crate::task::{TaskRef, NO_KEY};
 use crate::wheel::Wheel;
 
 /// The timer thread's own state.
@@ -132,8 +132,7 @@ impl Driver {
 
     /// Hands the due tasks to the workers (those a cancel has not won); returns how many.
     fn dispatch(&mut self) -> usize {
-        self.due
-            .retain(|t| t.header().state.load() == state::SCHEDULED);
+        self.due.retain(|t| t.header().state.is_scheduled());
         let n = self.due.len();
         if n > 0 {
             self.host.dispatch(&mut self.due);

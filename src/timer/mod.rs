@@ -206,7 +206,7 @@ impl Timer {
     pub(crate) fn reset(&self, task: &TaskRef, deadline: u64, rebase: impl FnOnce()) -> bool {
         let tick = self.time.tick_ceil(deadline);
         let mut shard = self.shard_of(task);
-        if task.header().state.load() != crate::task::state::SCHEDULED {
+        if !task.header().state.is_scheduled() {
             return false;
         }
         let Some(entry) = unlink(&mut shard.wheel, task) else {
@@ -268,7 +268,7 @@ const RELEASE_AT: usize = 4096;
 /// Inserts `task` for `tick` and records its key, unless a cancel won it first. Called under the
 /// shard's lock (ground rules).
 fn insert_unless_cancelled(wheel: &mut Wheel<TaskRef>, tick: u64, task: &TaskRef) {
-    if task.header().state.load() != crate::task::state::SCHEDULED {
+    if !task.header().state.is_scheduled() {
         return; // cancelled in transit: the canceller has accounted for it
     }
     let key = wheel.insert(tick, task.clone());

@@ -1,9 +1,13 @@
 //! `ScheduledFuture<T>`: the caller's end of a scheduled task.
+//!
+//! It lives with the pool's public face because it is one: it cancels and resets through the
+//! pool's core, so keeping it here keeps every import pointing down (pool -> timer -> task ->
+//! wheel).
 
+use super::core::Core;
 use crate::error::TaskError;
-use crate::pool::Core;
 use crate::sync::Arc;
-use crate::task::{state, TaskRef, TaskResult};
+use crate::task::{TaskRef, TaskResult};
 use crate::timer::duration_nanos;
 use std::fmt;
 use std::future::Future;
@@ -133,7 +137,7 @@ impl<T: Send + 'static> ScheduledFuture<T> {
     /// assert!(f.is_cancelled());
     /// ```
     pub fn is_cancelled(&self) -> bool {
-        state::is_cancelled(self.task.header().state.load())
+        self.task.header().state.load().is_cancelled()
     }
 
     /// True once the task has finished for good: a value, a panic, a cancel, or a shutdown.
@@ -150,7 +154,7 @@ impl<T: Send + 'static> ScheduledFuture<T> {
     /// assert!(f.is_done());
     /// ```
     pub fn is_done(&self) -> bool {
-        state::is_terminal(self.task.header().state.load())
+        self.task.header().state.load().is_terminal()
     }
 
     /// Time left until the next planned run: zero when it is due, running, or finished.
@@ -168,7 +172,7 @@ impl<T: Send + 'static> ScheduledFuture<T> {
     /// ```
     pub fn delay(&self) -> Duration {
         let header = self.task.header();
-        if header.state.load() != state::SCHEDULED {
+        if !header.state.is_scheduled() {
             return Duration::ZERO;
         }
         let now = self.core.timer.time.now_nanos();
@@ -397,7 +401,7 @@ impl CancelHandle {
     /// assert!(h.is_cancelled());
     /// ```
     pub fn is_cancelled(&self) -> bool {
-        state::is_cancelled(self.task.header().state.load())
+        self.task.header().state.load().is_cancelled()
     }
 }
 
