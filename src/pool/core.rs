@@ -6,12 +6,17 @@
 //!   or running). A submitter increments it *before* it reads `lifecycle` (both SeqCst); the
 //!   shutdown path stores `lifecycle` before the driver reads `outstanding`. So either the
 //!   submitter sees the shutdown and backs out, or the driver sees the task and waits for it.
-//! - After `shutdown_now`'s sweep nobody drains the queues, so every push is followed by
-//!   `fence(SeqCst)` (the one in `Sleep::notify` or `Timer::submit`; a direct wheel insert is
-//!   ordered by the wheel's lock instead) and a second look at `lifecycle`: if it reads `Stop`, the pusher tries to
-//!   stop the task itself. The task's CAS out of `SCHEDULED` decides who owns it: the sweep
-//!   (returned by `shutdown_now`), the pusher (the schedule fails with `Shutdown`), or a worker
-//!   that had already taken it (it runs). Exactly one of them.
+//! - A task for later goes into its timer shard's wheel, whose gate the timer thread closes
+//!   under the shard's lock when a shutdown starts (see `timer/mod.rs`): the insert either
+//!   lands before the timer's sweep of that shard (which stops it or hands it back) or is
+//!   refused, and then the submitter stops the task itself and the schedule fails with
+//!   `Shutdown`.
+//! - A task due now goes to a run queue. After `shutdown_now`'s sweep nobody drains the run
+//!   queues, so that push is followed by `fence(SeqCst)` (the one in `Sleep::notify`) and a
+//!   second look at `lifecycle`: if it reads `Stop`, the pusher tries to stop the task itself.
+//!   The task's CAS out of `SCHEDULED` decides who owns it: the sweep (returned by
+//!   `shutdown_now`), the pusher (the schedule fails with `Shutdown`), or a worker that had
+//!   already taken it (it runs). Exactly one of them.
 //! - Whoever moves a task to a terminal state calls `task_ended` once; the last one after a
 //!   shutdown wakes the driver so it can see `outstanding == 0` and let the pool terminate.
 

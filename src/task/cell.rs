@@ -61,7 +61,7 @@ impl<J: Job> TaskCell<J> {
     /// timer shard `shard` while it waits.
     pub(crate) fn new(job: J, deadline: u64, shard: u16) -> Self {
         TaskCell {
-            header: Header::new(deadline, job.is_periodic(), shard),
+            header: Header::new(deadline, J::PERIODIC, shard),
             body: Mutex::new(Body {
                 stage: Stage::Waiting(job),
                 waker: None,
@@ -167,7 +167,7 @@ impl<J: Job> RawTask for TaskCell<J> {
             Ok(_) => true,
             Err(_) => job.survives_panic(),
         };
-        if job.is_periodic() && go_on && !job.ended() {
+        if J::PERIODIC && go_on && !job.ended() {
             if env.stopping() {
                 let ran_ok = result.is_ok();
                 return self.finish_run(env, job, End::ShutDown, Err(TaskError::Shutdown), ran_ok);

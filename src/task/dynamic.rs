@@ -99,9 +99,7 @@ where
         self.planned = deadline;
     }
 
-    fn is_periodic(&self) -> bool {
-        true
-    }
+    const PERIODIC: bool = true;
 
     fn into_pending(self) -> PendingTask {
         let mut f = self.f;

@@ -29,8 +29,9 @@ pub(crate) trait Job: Send + 'static {
     /// of a run (fixed rate, dynamic rate) count from here now. Others ignore it.
     fn rebase(&mut self, _deadline: u64) {}
 
-    /// True for periodic jobs.
-    fn is_periodic(&self) -> bool;
+    /// True for periodic jobs: a type-level fact, copied once into the task's header (which is
+    /// where everything else asks).
+    const PERIODIC: bool;
 
     /// Turns the job into a closure `shutdown_now` hands back (runs it once).
     fn into_pending(self) -> PendingTask;
@@ -63,9 +64,7 @@ where
         None
     }
 
-    fn is_periodic(&self) -> bool {
-        false
-    }
+    const PERIODIC: bool = false;
 
     fn into_pending(self) -> PendingTask {
         match self.0 {

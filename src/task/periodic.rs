@@ -280,9 +280,7 @@ impl<F: FnMut() + Send + 'static> Job for Periodic<F> {
         self.plan.rebase(deadline);
     }
 
-    fn is_periodic(&self) -> bool {
-        true
-    }
+    const PERIODIC: bool = true;
 
     fn into_pending(self) -> PendingTask {
         PendingTask::new(true, Box::new(self.f))
