@@ -109,6 +109,11 @@ pub use pool::{CancelHandle, ScheduledFuture};
 pub use task::{MissedTicks, PendingTask, PeriodicOptions};
 pub use timer::ManualClock;
 
+/// The README's example, compiled and run as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 /// Which public types cross threads, decided on purpose and checked at compile time.
 #[allow(dead_code)]
 fn _thread_safety() {
