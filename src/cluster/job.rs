@@ -104,7 +104,7 @@ impl ClusterJob {
     ///
     /// # Examples
     ///
-    /// See [`ClusterJob`].
+    /// See [`ClusterJob`] (it asserts on the name).
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -46,11 +46,41 @@ pub(super) struct Spec {
     pub(super) survive_panics: bool,
 }
 
-/// The run a job body is called for.
+/// The run a job body is called for: its number (the same on every node), job, node, and
+/// when it was planned.
 ///
 /// # Examples
 ///
-/// See [`ClusterJob::schedule_at_fixed_rate`](super::ClusterJob::schedule_at_fixed_rate).
+/// With a toy store whose clock stands at run 42 and that lets every claim win:
+///
+/// ```
+/// use std::sync::{mpsc, Arc};
+/// use std::time::{Duration, UNIX_EPOCH};
+/// use wheelpool::cluster::{Claim, ClaimOutcome, ClaimRequest, ClusterError, ClusterJob, LockStore, Released};
+/// use wheelpool::ScheduledThreadPool;
+///
+/// #[derive(Debug)]
+/// struct AtRun42;
+/// impl LockStore for AtRun42 {
+///     fn try_claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, ClusterError> {
+///         Ok(Claim { store_time: req.offset + req.period * 42, outcome: ClaimOutcome::Won { run: 42 } })
+///     }
+///     fn release(&self, _: &str, _: u64, _: &str) -> Result<Released, ClusterError> {
+///         Ok(Released::InTime)
+///     }
+/// }
+///
+/// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+/// let (tx, rx) = mpsc::channel();
+/// let job = ClusterJob::builder("report", Arc::new(AtRun42)).node("n1").build().unwrap();
+/// let task = job.schedule_at_fixed_rate(&pool.handle(), move |run| {
+///     let _ = tx.send((run.number(), run.job().to_owned(), run.node().to_owned(), run.planned_at()));
+/// }, Duration::from_secs(1)).unwrap();
+/// let (number, job, node, planned) = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+/// assert_eq!((number, job.as_str(), node.as_str()), (42, "report", "n1"));
+/// assert_eq!(planned, UNIX_EPOCH + Duration::from_secs(42));
+/// assert!(task.cancel());
+/// ```
 #[derive(Debug, Clone, Copy)]
 pub struct ClusterRun<'a> {
     spec: &'a Spec,
@@ -60,21 +90,37 @@ pub struct ClusterRun<'a> {
 impl ClusterRun<'_> {
     /// The run number, the same on every node: `(t - offset) / period` for the store's time `t`
     /// of the claim, so run `k` is planned at `offset + k * period` after the Unix epoch.
+    ///
+    /// # Examples
+    ///
+    /// See [`ClusterRun`].
     pub fn number(&self) -> u64 {
         self.run
     }
 
     /// The job's cluster-wide name.
+    ///
+    /// # Examples
+    ///
+    /// See [`ClusterRun`].
     pub fn job(&self) -> &str {
         &self.spec.job
     }
 
     /// The label of the node running it ([`ClusterJobBuilder::node`](super::ClusterJobBuilder::node)).
+    ///
+    /// # Examples
+    ///
+    /// See [`ClusterRun`].
     pub fn node(&self) -> &str {
         &self.spec.node
     }
 
     /// When this run was planned, on the store's clock.
+    ///
+    /// # Examples
+    ///
+    /// See [`ClusterRun`].
     pub fn planned_at(&self) -> SystemTime {
         let nanos = u128::from(self.run) * self.spec.period.as_nanos();
         let since = Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
@@ -89,7 +135,30 @@ impl ClusterRun<'_> {
 ///
 /// # Examples
 ///
-/// See [`ClusterJob::schedule_at_fixed_rate`](super::ClusterJob::schedule_at_fixed_rate).
+/// The pool shutting down ends it; so does [`cancel`](Self::cancel):
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use wheelpool::cluster::{ClusterJob, PgLockStore};
+/// use wheelpool::{ScheduledThreadPool, TaskError};
+///
+/// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+/// let store = Arc::new(PgLockStore::connect_lazy("host=127.0.0.1 port=1").unwrap());
+/// let job = ClusterJob::builder("sweep", store).on_error(|_| {}).build().unwrap();
+/// let period = Duration::from_secs(3600);
+/// let a = job.schedule_at_fixed_rate(&pool.handle(), |_| {}, period).unwrap();
+/// let b = job.schedule_at_fixed_rate(&pool.handle(), |_| {}, period).unwrap();
+/// assert!(!a.is_done());
+/// assert_eq!(a.join_timeout(Duration::from_millis(10)), None);
+/// assert!(a.cancel());
+/// assert!(!a.cancel()); // already ended
+/// assert_eq!(a.join(), Err(TaskError::Cancelled));
+///
+/// drop(pool);
+/// assert_eq!(b.join_timeout(Duration::from_secs(30)), Some(Err(TaskError::Shutdown)));
+/// assert!(b.is_done());
+/// ```
 pub struct ClusterTask {
     shared: Arc<Shared>,
 }
@@ -152,12 +221,16 @@ impl Shared {
         });
         let fire = Fire(Some(shared.clone()));
         let first = handle.schedule(move || fire.fire(), Duration::ZERO)?;
-        shared.state.lock().next = Some(first);
+        // The first wake-up may already have run and planned the second: keep the newer one.
+        shared.state.lock().next.get_or_insert(first);
         Ok(ClusterTask { shared })
     }
 
     /// One wake-up: claim, run if won, release, plan the next wake-up.
     fn wake(self: Arc<Self>) {
+        if self.state.lock().end.is_some() {
+            return; // cancelled after this wake-up was taken by a worker
+        }
         let spec = &self.spec;
         let request = ClaimRequest {
             job: &spec.job,
@@ -309,8 +382,12 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 
 impl ClusterTask {
     /// Stops this node's part of the job: no later wake-up runs. A run in progress finishes
-    /// (and releases its lease). Returns true if this call stopped it, false if it had already
+    /// (and releases its lease), and so may one whose wake-up a worker had just taken. Returns true if this call stopped it, false if it had already
     /// ended. Other nodes go on running the job.
+    ///
+    /// # Examples
+    ///
+    /// See [`ClusterTask`].
     pub fn cancel(&self) -> bool {
         let next = {
             let mut state = self.shared.state.lock();
@@ -329,6 +406,10 @@ impl ClusterTask {
     }
 
     /// True once this node's part of the job has ended (cancel, panic, or pool shutdown).
+    ///
+    /// # Examples
+    ///
+    /// See [`ClusterTask`].
     pub fn is_done(&self) -> bool {
         self.shared.state.lock().end.is_some()
     }
@@ -336,6 +417,10 @@ impl ClusterTask {
     /// Blocks until this node's part of the job ends: `Cancelled` after [`cancel`](Self::cancel),
     /// `Panicked` after a run panicked (unless the job survives panics), `Shutdown` when the
     /// pool shut down. Do not call it from a task of the same pool.
+    ///
+    /// # Examples
+    ///
+    /// See [`ClusterTask`].
     pub fn join(&self) -> Result<(), TaskError> {
         let mut state = self.shared.state.lock();
         loop {
@@ -347,6 +432,10 @@ impl ClusterTask {
     }
 
     /// [`join`](Self::join) for at most `timeout`: `None` if it has not ended by then.
+    ///
+    /// # Examples
+    ///
+    /// See [`ClusterTask`].
     pub fn join_timeout(&self, timeout: Duration) -> Option<Result<(), TaskError>> {
         let deadline = Instant::now() + timeout;
         let mut state = self.shared.state.lock();
