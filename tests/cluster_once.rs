@@ -249,3 +249,66 @@ fn the_server_directory_is_removed_on_drop() {
     drop(server);
     assert!(!dir.exists());
 }
+
+#[test]
+fn the_server_failing_mid_run_leaves_the_lease_to_expire_and_the_job_goes_on() {
+    let server = PgServer::start();
+    let lease = Duration::from_millis(500); // 5 periods
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = Mutex::new(go_rx);
+    let runs: Runs = Arc::default();
+    let errors: Errors = Arc::default();
+    let pool = ScheduledThreadPool::builder()
+        .threads(2)
+        .panic_handler(|_| {})
+        .build()
+        .unwrap();
+    let (r, e) = (runs.clone(), errors.clone());
+    let task = ClusterJob::builder(
+        "mid-run",
+        Arc::new(PgLockStore::connect(&server.url()).unwrap()),
+    )
+    .at_most_for(lease)
+    .on_error(move |err| e.lock().unwrap().push(err))
+    .build()
+    .unwrap()
+    .schedule_at_fixed_rate(
+        &pool.handle(),
+        move |run| {
+            let first = r.lock().unwrap().is_empty();
+            r.lock().unwrap().push((run.number(), String::new()));
+            if first {
+                let _ = started_tx.send(());
+                let _ = go_rx.lock().unwrap().recv();
+            }
+        },
+        PERIOD,
+    )
+    .unwrap();
+
+    started_rx.recv_timeout(LONG).unwrap();
+    server.stop(); // the database goes away while the first run is in progress
+    go_tx.send(()).unwrap();
+    // The release fails: reported, no panic, and the job goes on (its claims fail too).
+    assert!(wait_until(LONG, || errors.lock().unwrap().len() >= 3));
+    for err in errors.lock().unwrap().iter() {
+        assert!(matches!(err, ClusterError::Unavailable { .. }), "{err}");
+    }
+    assert_eq!(runs.lock().unwrap().len(), 1);
+    server.restart();
+    assert!(
+        wait_until(LONG, || runs.lock().unwrap().len() >= 3),
+        "runs resume"
+    );
+    assert!(task.cancel());
+    assert_eq!(pool.stats().panicked, 0);
+    let runs = runs.lock().unwrap().clone();
+    // The lease of the first run was never released: it held the job for its full length.
+    assert!(
+        runs[1].0 >= runs[0].0 + 5,
+        "run {} ran inside the unreleased lease of run {}",
+        runs[1].0,
+        runs[0].0
+    );
+}
