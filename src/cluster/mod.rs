@@ -41,7 +41,8 @@
 //!   finds it taken and does nothing. That is what ShedLock needs `lockAtLeastFor` and
 //!   synchronized clocks for; here the lease can end the moment the run returns.
 //! - **Every node tries every run.** Each node plans its wake-ups from its last reading of the
-//!   store's clock (not from its own wall clock): at the start of each period, plus 1 ms. The
+//!   store's clock (not from its own wall clock): at the start of each period, plus 1 ms, and at
+//!   least once a minute so that its clock's rate cannot drift far from the store's. The
 //!   first node to claim runs the job; the others find it taken. So while at least one node is
 //!   up, every planned run is run by exactly one node, and never by two.
 //! - **Death and leases.** A node that dies mid-run leaves its lease; the other nodes, seeing

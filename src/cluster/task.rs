@@ -6,8 +6,8 @@
 //!   the next one only when it is done, so runs of a job on one node never overlap.
 //! - `State::end` is set once (cancel, panic, or the pool dropping a wake-up) under the state
 //!   lock, and nothing is planned after it. The state lock is never held while user code, a
-//!   store call, or a scheduling call runs (a wake-up dropped by the pool takes the lock in
-//!   `Drop`).
+//!   store call, a scheduling call or a cancel runs, nor while a future is dropped: a wake-up
+//!   dropped by the pool takes the lock in `Drop`.
 
 use super::store::{ClaimOutcome, ClaimRequest, LockStore, Released};
 use super::ClusterError;
@@ -222,7 +222,14 @@ impl Shared {
         let fire = Fire(Some(shared.clone()));
         let first = handle.schedule(move || fire.fire(), Duration::ZERO)?;
         // The first wake-up may already have run and planned the second: keep the newer one.
-        shared.state.lock().next.get_or_insert(first);
+        // (Futures are dropped outside the state lock, see the ground rules.)
+        let mut state = shared.state.lock();
+        let stale = match state.next {
+            None => state.next.replace(first),
+            Some(_) => Some(first),
+        };
+        drop(state);
+        drop(stale);
         Ok(ClusterTask { shared })
     }
 
@@ -320,7 +327,9 @@ impl Shared {
             Ok(next) => {
                 let mut state = self.state.lock();
                 if state.end.is_none() {
-                    state.next = Some(next);
+                    let done = state.next.replace(next);
+                    drop(state);
+                    drop(done);
                     return;
                 }
                 drop(state);
