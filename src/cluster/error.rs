@@ -1,6 +1,6 @@
 //! `ClusterError`: what can go wrong when a job is shared by several nodes.
 
-use crate::error::ScheduleError;
+use crate::ScheduleError;
 use std::fmt;
 use std::time::Duration;
 

@@ -3,8 +3,8 @@
 use super::store::LockStore;
 use super::task::{ClusterRun, ClusterTask, ErrorHandler, Shared, Spec};
 use super::ClusterError;
-use crate::pool::Handle;
 use crate::sync::Arc;
+use crate::Handle;
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};

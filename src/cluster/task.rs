@@ -11,10 +11,9 @@
 
 use super::store::{ClaimOutcome, ClaimRequest, LockStore, Released};
 use super::ClusterError;
-use crate::error::{ScheduleError, TaskError};
-use crate::future::ScheduledFuture;
-use crate::pool::Handle;
+// The crate's public API only (its re-exports), plus the sync shim.
 use crate::sync::{Arc, Condvar, Mutex};
+use crate::{Handle, ScheduleError, ScheduledFuture, TaskError};
 use std::any::Any;
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
