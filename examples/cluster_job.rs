@@ -1,0 +1,114 @@
+//! One job, three nodes, one run per period: a cluster job on PostgreSQL.
+//!
+//! ```sh
+//! cargo run --example cluster_job --features postgres
+//! DATABASE_URL=postgresql://me@localhost/mydb cargo run --example cluster_job --features postgres
+//! ```
+//!
+//! Without `DATABASE_URL` it starts a throwaway PostgreSQL 15 server (initdb in a temporary
+//! directory, removed at the end). Three nodes, each with its own pool and connection, schedule
+//! the same job every 200 ms; each period is run by exactly one of them. Half way, node-1 leaves
+//! and the other two carry on.
+
+#[path = "../tests/pg_common/mod.rs"]
+mod pg_common;
+
+use std::collections::BTreeMap;
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use wheelpool::cluster::{ClusterJob, ClusterTask, PgLockStore};
+use wheelpool::ScheduledThreadPool;
+
+const PERIOD: Duration = Duration::from_millis(200);
+const RUN_FOR: Duration = Duration::from_secs(3);
+
+struct Node {
+    pool: ScheduledThreadPool,
+    task: ClusterTask,
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let (_server, url) = match std::env::var("DATABASE_URL") {
+        Ok(url) => (None, url),
+        Err(_) => {
+            let server = pg_common::PgServer::start();
+            let url = server.url();
+            println!("started a throwaway PostgreSQL server: {url}");
+            (Some(server), url)
+        }
+    };
+
+    let (tx, rx) = mpsc::channel();
+    let mut nodes = Vec::new();
+    for i in 1..=3 {
+        let pool = ScheduledThreadPool::builder().threads(2).build()?;
+        let store = Arc::new(PgLockStore::connect(&url)?);
+        let job = ClusterJob::builder("cluster-job-example", store)
+            .node(format!("node-{i}"))
+            .at_most_for(Duration::from_secs(5))
+            .on_error(|err| eprintln!("error: {err}"))
+            .build()?;
+        let tx = tx.clone();
+        let task = job.schedule_at_fixed_rate(
+            &pool.handle(),
+            move |run| {
+                let _ = tx.send((run.number(), run.planned_at(), run.node().to_owned()));
+            },
+            PERIOD,
+        )?;
+        nodes.push(Node { pool, task });
+    }
+    drop(tx);
+    println!("3 nodes share one job every {PERIOD:?}; run number = period index on the database's clock\n");
+
+    let start = Instant::now();
+    let mut runs: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    let mut left = false;
+    while start.elapsed() < RUN_FOR {
+        if !left && start.elapsed() >= RUN_FOR / 2 {
+            let node = nodes.remove(0);
+            node.task.cancel();
+            drop(node.pool);
+            println!("  -- node-1 leaves --");
+            left = true;
+        }
+        let Ok((number, planned, node)) = rx.recv_timeout(Duration::from_millis(50)) else {
+            continue;
+        };
+        println!("run {number}  planned {}  ran on {node}", clock(planned));
+        runs.entry(number).or_default().push(node);
+    }
+    for node in &nodes {
+        node.task.cancel();
+    }
+
+    let doubles = runs.values().filter(|nodes| nodes.len() > 1).count();
+    let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
+    for node in runs.values().flatten() {
+        *per_node.entry(node.as_str()).or_default() += 1;
+    }
+    let (first, last) = (runs.keys().next(), runs.keys().next_back());
+    let gaps = match (first, last) {
+        (Some(a), Some(b)) => (b - a + 1) as usize - runs.len(),
+        _ => 0,
+    };
+    println!(
+        "\n{} periods run, {doubles} run twice, {gaps} skipped; per node: {per_node:?}",
+        runs.len()
+    );
+    Ok(())
+}
+
+/// `hh:mm:ss.mmm` UTC.
+fn clock(t: SystemTime) -> String {
+    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let s = d.as_secs();
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        s / 3600 % 24,
+        s / 60 % 60,
+        s % 60,
+        d.subsec_millis()
+    )
+}

@@ -1,0 +1,362 @@
+//! `ClusterJob` and its builder: a job's cluster-wide name, lease and error handler.
+
+use super::store::LockStore;
+use super::task::{ClusterRun, ClusterTask, ErrorHandler, Shared, Spec};
+use super::ClusterError;
+use crate::sync::Arc;
+use crate::Handle;
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::time::Duration;
+
+/// The shortest period and lease accepted: the pool's default tick.
+const MIN_STEP: Duration = Duration::from_millis(1);
+
+/// The longest job name accepted (it is a primary key in the store).
+const MAX_NAME: usize = 200;
+
+/// A job that runs once per planned run across every node that schedules it under the same
+/// name and store. Build it with [`ClusterJob::builder`], then schedule it on each node's pool
+/// with [`schedule_at_fixed_rate`](Self::schedule_at_fixed_rate). The rule that decides which
+/// node runs what is in the [module docs](super).
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use wheelpool::cluster::{ClusterError, ClusterJob, PgLockStore};
+///
+/// let store = Arc::new(PgLockStore::connect_lazy("host=127.0.0.1 port=1").unwrap());
+/// let job = ClusterJob::builder("nightly-cleanup", store)
+///     .at_most_for(Duration::from_secs(600))
+///     .node("replica-1")
+///     .build()
+///     .unwrap();
+/// assert_eq!(job.name(), "nightly-cleanup");
+///
+/// let err = ClusterJob::builder("", Arc::new(PgLockStore::connect_lazy("").unwrap())).build();
+/// assert!(matches!(err, Err(ClusterError::InvalidJob(_))));
+/// ```
+pub struct ClusterJob {
+    name: String,
+    node: String,
+    store: Arc<dyn LockStore>,
+    lease: Option<Duration>,
+    offset: Duration,
+    survive_panics: bool,
+    on_error: Option<ErrorHandler>,
+}
+
+/// Settings of a [`ClusterJob`]; see [`ClusterJob::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use wheelpool::cluster::{ClusterJob, PgLockStore};
+///
+/// let store = Arc::new(PgLockStore::connect_lazy("host=127.0.0.1 port=1").unwrap());
+/// let builder = ClusterJob::builder("report", store).offset(Duration::from_secs(3 * 3600));
+/// assert!(format!("{builder:?}").contains("report"));
+/// ```
+#[must_use]
+pub struct ClusterJobBuilder {
+    job: ClusterJob,
+}
+
+impl ClusterJob {
+    /// Starts building the job `name` (its key in `store`: every node must use the same name,
+    /// period and offset for one job).
+    ///
+    /// Defaults: the lease (`at_most_for`) is the period; the node label is `pid<process id>`;
+    /// the grid starts on the Unix epoch (offset zero); a panicking run stops this node's part
+    /// of the job; errors go to the pool's panic handler (see
+    /// [`on_error`](ClusterJobBuilder::on_error)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use wheelpool::cluster::{ClusterJob, PgLockStore};
+    ///
+    /// let store = Arc::new(PgLockStore::connect_lazy("host=127.0.0.1 port=1").unwrap());
+    /// let job = ClusterJob::builder("sweep", store).build().unwrap();
+    /// assert!(job.node().starts_with("pid"));
+    /// ```
+    pub fn builder(name: impl Into<String>, store: Arc<dyn LockStore>) -> ClusterJobBuilder {
+        ClusterJobBuilder {
+            job: ClusterJob {
+                name: name.into(),
+                node: format!("pid{}", std::process::id()),
+                store,
+                lease: None,
+                offset: Duration::ZERO,
+                survive_panics: false,
+                on_error: None,
+            },
+        }
+    }
+
+    /// The job's cluster-wide name.
+    ///
+    /// # Examples
+    ///
+    /// See [`ClusterJob`] (it asserts on the name).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// This node's label (shown to the job body and stored with the lease).
+    ///
+    /// # Examples
+    ///
+    /// See [`ClusterJob::builder`].
+    pub fn node(&self) -> &str {
+        &self.node
+    }
+
+    /// Schedules this node's part of the job on the pool behind `handle`: run `k` is planned
+    /// at `offset + k * period` on the store's clock (counted from the Unix epoch), and of all
+    /// the nodes that schedule the job, the first to claim run `k` runs `f` for it; no other
+    /// node runs run `k`. See the [module docs](super) for the whole rule.
+    ///
+    /// The first claim is tried at once. `f` runs on a pool worker, and so do the store calls
+    /// around it (they block that worker for a round trip to the database).
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::InvalidJob`] for a period under 1 ms, a lease under 1 ms, an offset not
+    /// under the period, or a bad name; [`ClusterError::Schedule`] if the pool refuses the
+    /// first wake-up (it is shut down, or full).
+    ///
+    /// # Examples
+    ///
+    /// Without a database every claim fails: runs are skipped and each error goes to the
+    /// handler.
+    ///
+    /// ```
+    /// use std::sync::{mpsc, Arc};
+    /// use std::time::Duration;
+    /// use wheelpool::cluster::{ClusterError, ClusterJob, PgLockStore};
+    /// use wheelpool::{ScheduledThreadPool, TaskError};
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+    /// let store = Arc::new(PgLockStore::connect_lazy("host=127.0.0.1 port=1 connect_timeout=1").unwrap());
+    /// let (tx, rx) = mpsc::channel();
+    /// let job = ClusterJob::builder("sweep", store)
+    ///     .on_error(move |err| { let _ = tx.send(err); })
+    ///     .build()
+    ///     .unwrap();
+    /// let task = job
+    ///     .schedule_at_fixed_rate(&pool.handle(), |run| println!("run {}", run.number()), Duration::from_millis(10))
+    ///     .unwrap();
+    /// let err = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    /// assert!(matches!(err, ClusterError::Unavailable { .. }));
+    /// assert!(task.cancel());
+    /// assert_eq!(task.join(), Err(TaskError::Cancelled));
+    /// ```
+    pub fn schedule_at_fixed_rate<F>(
+        &self,
+        handle: &Handle,
+        f: F,
+        period: Duration,
+    ) -> Result<ClusterTask, ClusterError>
+    where
+        F: FnMut(&ClusterRun<'_>) + Send + 'static,
+    {
+        let spec = self.spec(period)?;
+        Shared::start(
+            spec,
+            self.store.clone(),
+            handle,
+            self.on_error.clone(),
+            Box::new(f),
+        )
+    }
+
+    fn spec(&self, period: Duration) -> Result<Spec, ClusterError> {
+        let invalid = |why: String| Err(ClusterError::InvalidJob(why));
+        let lease = self.lease.unwrap_or(period);
+        if period < MIN_STEP {
+            return invalid(format!("period {period:?} is under 1 ms"));
+        }
+        if lease < MIN_STEP {
+            return invalid(format!("at_most_for {lease:?} is under 1 ms"));
+        }
+        if self.offset >= period {
+            return invalid(format!(
+                "offset {:?} is not under the period {period:?}",
+                self.offset
+            ));
+        }
+        Ok(Spec {
+            job: self.name.clone(),
+            node: self.node.clone(),
+            owner: format!("{}#{:08x}", self.node, random_u32()),
+            period,
+            offset: self.offset,
+            lease,
+            survive_panics: self.survive_panics,
+        })
+    }
+}
+
+/// A random tag that tells apart two nodes given the same label.
+fn random_u32() -> u32 {
+    let mut hasher = RandomState::new().build_hasher();
+    hasher.write_u32(std::process::id());
+    // The low half of the hash: truncation is the point.
+    hasher.finish() as u32
+}
+
+impl ClusterJobBuilder {
+    /// The lease: the longest a node may hold the job. A node that dies mid-run blocks the
+    /// job for at most this long, then another node may run it. A run that takes longer is
+    /// reported as [`ClusterError::LeaseExpired`] (and may overlap the next run on another
+    /// node). Pick it above the longest run. Default: the period.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use wheelpool::cluster::{ClusterJob, PgLockStore};
+    ///
+    /// let store = Arc::new(PgLockStore::connect_lazy("host=127.0.0.1 port=1").unwrap());
+    /// let job = ClusterJob::builder("report", store).at_most_for(Duration::from_secs(60)).build();
+    /// assert!(job.is_ok());
+    /// ```
+    pub fn at_most_for(mut self, lease: Duration) -> Self {
+        self.job.lease = Some(lease);
+        self
+    }
+
+    /// This node's label, handed to the job body ([`ClusterRun::node`]) and stored with the
+    /// lease (`locked_by`, with a random suffix). Default: `pid<process id>`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use wheelpool::cluster::{ClusterJob, PgLockStore};
+    ///
+    /// let store = Arc::new(PgLockStore::connect_lazy("host=127.0.0.1 port=1").unwrap());
+    /// let job = ClusterJob::builder("report", store).node("eu-west-2a").build().unwrap();
+    /// assert_eq!(job.node(), "eu-west-2a");
+    /// ```
+    pub fn node(mut self, label: impl Into<String>) -> Self {
+        self.job.node = label.into();
+        self
+    }
+
+    /// Shifts the grid: run `k` is planned at `offset + k * period` after the Unix epoch on
+    /// the store's clock. A daily job at 03:00 UTC: period 24 h, offset 3 h. Must be under the
+    /// period.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use wheelpool::cluster::{ClusterJob, PgLockStore};
+    ///
+    /// let store = Arc::new(PgLockStore::connect_lazy("host=127.0.0.1 port=1").unwrap());
+    /// let job = ClusterJob::builder("report", store).offset(Duration::from_secs(3 * 3600)).build();
+    /// assert!(job.is_ok());
+    /// ```
+    pub fn offset(mut self, offset: Duration) -> Self {
+        self.job.offset = offset;
+        self
+    }
+
+    /// Keep this node's part of the job going after a run panics (the panic still goes to
+    /// the pool's panic handler). Default: a panic ends it, like a periodic task of the pool.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use wheelpool::cluster::{ClusterJob, PgLockStore};
+    ///
+    /// let store = Arc::new(PgLockStore::connect_lazy("host=127.0.0.1 port=1").unwrap());
+    /// assert!(ClusterJob::builder("report", store).survive_panics(true).build().is_ok());
+    /// ```
+    pub fn survive_panics(mut self, yes: bool) -> Self {
+        self.job.survive_panics = yes;
+        self
+    }
+
+    /// Where errors during runs go: the store unreachable or failing (the run is skipped), a
+    /// run that outlived its lease, the pool refusing a wake-up. The handler runs on a pool
+    /// worker; a panic in it is caught and dropped.
+    ///
+    /// **Without a handler**, each error is raised as the panic of a separate one-shot task on
+    /// the same pool, with a `String` payload that names the job and node: the pool's panic
+    /// handler sees it, `stats().panicked` counts it, and Rust's panic hook prints it (to
+    /// stderr by default). The job itself goes on. If the pool refuses that task, the message
+    /// is printed to stderr.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use wheelpool::cluster::{ClusterJob, PgLockStore};
+    ///
+    /// let store = Arc::new(PgLockStore::connect_lazy("host=127.0.0.1 port=1").unwrap());
+    /// let job = ClusterJob::builder("report", store)
+    ///     .on_error(|err| eprintln!("report: {err}"))
+    ///     .build();
+    /// assert!(job.is_ok());
+    /// ```
+    pub fn on_error<H>(mut self, handler: H) -> Self
+    where
+        H: Fn(ClusterError) + Send + Sync + 'static,
+    {
+        self.job.on_error = Some(Arc::new(handler));
+        self
+    }
+
+    /// Checks the name and gives the job.
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::InvalidJob`] for an empty name or one over 200 bytes. (Period, lease
+    /// and offset are checked when it is scheduled.)
+    ///
+    /// # Examples
+    ///
+    /// See [`ClusterJob`].
+    pub fn build(self) -> Result<ClusterJob, ClusterError> {
+        let name = &self.job.name;
+        if name.is_empty() || name.len() > MAX_NAME {
+            return Err(ClusterError::InvalidJob(format!(
+                "the name must be 1 to {MAX_NAME} bytes, got {} bytes",
+                name.len()
+            )));
+        }
+        Ok(self.job)
+    }
+}
+
+impl fmt::Debug for ClusterJob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterJob")
+            .field("name", &self.name)
+            .field("node", &self.node)
+            .field("store", &self.store)
+            .field("lease", &self.lease)
+            .field("offset", &self.offset)
+            .field("survive_panics", &self.survive_panics)
+            .field("on_error", &self.on_error.is_some())
+            .finish()
+    }
+}
+
+impl fmt::Debug for ClusterJobBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("ClusterJobBuilder").field(&self.job).finish()
+    }
+}

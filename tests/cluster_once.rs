@@ -1,0 +1,314 @@
+//! Cluster jobs on a real PostgreSQL server: several nodes (pools) share a job and every planned
+//! run runs on exactly one of them; the server going away and coming back; setup errors.
+//!
+//! Nothing here asserts on wall-clock time: runs are checked by run number, against every
+//! claim attempt the nodes made (recorded by a wrapper around the store).
+
+mod pg_common;
+
+use pg_common::{wait_until, PgServer, LONG};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use wheelpool::cluster::{
+    Claim, ClaimOutcome, ClaimRequest, ClusterError, ClusterJob, ClusterTask, LockStore,
+    PgLockStore, Released,
+};
+use wheelpool::{ScheduledThreadPool, TaskError};
+
+const PERIOD: Duration = Duration::from_millis(100);
+
+/// A store that records every claim the node made: the slot its store time fell in and the
+/// outcome.
+#[derive(Debug)]
+struct Recording {
+    inner: PgLockStore,
+    claims: Arc<Mutex<Vec<(u64, ClaimOutcome)>>>,
+}
+
+impl LockStore for Recording {
+    fn try_claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, ClusterError> {
+        let claim = self.inner.try_claim(req)?;
+        let slot = (claim.store_time - req.offset).as_nanos() / req.period.as_nanos();
+        let slot = u64::try_from(slot).unwrap();
+        if let ClaimOutcome::Won { run } = claim.outcome {
+            assert_eq!(run, slot, "the run number is the slot of the store's clock");
+        }
+        self.claims.lock().unwrap().push((slot, claim.outcome));
+        Ok(claim)
+    }
+
+    fn release(&self, job: &str, run: u64, owner: &str) -> Result<Released, ClusterError> {
+        self.inner.release(job, run, owner)
+    }
+}
+
+/// One node: its own pool, store connection and job handle; runs go to `runs` as
+/// (run number, node), errors to `errors`.
+struct Node {
+    pool: ScheduledThreadPool,
+    task: ClusterTask,
+}
+
+type Runs = Arc<Mutex<Vec<(u64, String)>>>;
+type Errors = Arc<Mutex<Vec<ClusterError>>>;
+
+fn node(store: Arc<dyn LockStore>, label: &str, job: &str, runs: &Runs, errors: &Errors) -> Node {
+    let pool = ScheduledThreadPool::builder().threads(2).build().unwrap();
+    let errors = errors.clone();
+    let job = ClusterJob::builder(job, store)
+        .node(label)
+        .at_most_for(Duration::from_secs(2))
+        .on_error(move |e| errors.lock().unwrap().push(e))
+        .build()
+        .unwrap();
+    let runs = runs.clone();
+    let task = job
+        .schedule_at_fixed_rate(
+            &pool.handle(),
+            move |run| {
+                runs.lock()
+                    .unwrap()
+                    .push((run.number(), run.node().to_owned()))
+            },
+            PERIOD,
+        )
+        .unwrap();
+    Node { pool, task }
+}
+
+fn stop(nodes: Vec<Node>) {
+    for n in &nodes {
+        assert!(n.task.cancel());
+        assert_eq!(n.task.join(), Err(TaskError::Cancelled));
+    }
+    for n in nodes {
+        n.pool.shutdown();
+        assert!(n.pool.await_termination(LONG));
+    }
+}
+
+/// Run numbers that ran more than once, with the nodes that ran them.
+fn doubles(runs: &[(u64, String)]) -> Vec<(u64, Vec<String>)> {
+    let mut by_run: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    for (run, node) in runs {
+        by_run.entry(*run).or_default().push(node.clone());
+    }
+    by_run.into_iter().filter(|(_, n)| n.len() > 1).collect()
+}
+
+#[test]
+fn three_nodes_run_every_period_exactly_once() {
+    let server = PgServer::start();
+    let runs: Runs = Arc::default();
+    let errors: Errors = Arc::default();
+    let claims = Arc::new(Mutex::new(Vec::new()));
+    let nodes: Vec<Node> = ["a", "b", "c"]
+        .iter()
+        .map(|label| {
+            let store = Recording {
+                inner: PgLockStore::connect(&server.url()).unwrap(),
+                claims: claims.clone(),
+            };
+            node(Arc::new(store), label, "sweep", &runs, &errors)
+        })
+        .collect();
+
+    assert!(
+        wait_until(LONG, || runs.lock().unwrap().len() >= 30),
+        "30 runs within {LONG:?}"
+    );
+    stop(nodes);
+
+    let runs = runs.lock().unwrap().clone();
+    assert_eq!(doubles(&runs), vec![], "no run number may run twice");
+    assert!(
+        errors.lock().unwrap().is_empty(),
+        "{:?}",
+        errors.lock().unwrap()
+    );
+
+    // Every slot that some node tried while no lease blocked it was run, and by one node: the
+    // slots won are exactly the slots tried, less those where every try found a lease held.
+    let claims = claims.lock().unwrap().clone();
+    let mut by_slot: BTreeMap<u64, Vec<ClaimOutcome>> = BTreeMap::new();
+    for (slot, outcome) in claims {
+        by_slot.entry(slot).or_default().push(outcome);
+    }
+    for (slot, outcomes) in &by_slot {
+        let won = outcomes
+            .iter()
+            .filter(|o| matches!(o, ClaimOutcome::Won { .. }))
+            .count();
+        let all_leased = outcomes
+            .iter()
+            .all(|o| matches!(o, ClaimOutcome::Leased { .. }));
+        assert!(
+            won == 1 || (won == 0 && all_leased),
+            "slot {slot}: {outcomes:?}"
+        );
+    }
+    let won: Vec<u64> = runs.iter().map(|(run, _)| *run).collect();
+    let tried = by_slot.len();
+    // All three nodes took part, and each tried (nearly) every slot.
+    for label in ["a", "b", "c"] {
+        assert!(
+            runs.iter().any(|(_, n)| n == label),
+            "node {label} never won a run: {runs:?}"
+        );
+    }
+    println!(
+        "{} runs in {} slots tried, run numbers {}..={}",
+        won.len(),
+        tried,
+        won.iter().min().unwrap(),
+        won.iter().max().unwrap()
+    );
+}
+
+#[test]
+fn runs_are_skipped_while_the_server_is_down_and_resume_after() {
+    let server = PgServer::start();
+    let runs: Runs = Arc::default();
+    let errors: Errors = Arc::default();
+    let nodes: Vec<Node> = ["a", "b"]
+        .iter()
+        .map(|label| {
+            let store = PgLockStore::connect(&server.url()).unwrap();
+            node(Arc::new(store), label, "report", &runs, &errors)
+        })
+        .collect();
+    let count = |v: &Runs| v.lock().unwrap().len();
+    assert!(wait_until(LONG, || count(&runs) >= 5));
+
+    server.stop();
+    // Every node reports the outage (each skipped wake-up is one error) ...
+    assert!(
+        wait_until(LONG, || errors.lock().unwrap().len() >= 6),
+        "errors reported while down"
+    );
+    let during = count(&runs);
+    assert!(wait_until(LONG, || errors.lock().unwrap().len() >= 12));
+    // ... and no run happens while it is down.
+    assert_eq!(count(&runs), during, "a run happened with the server down");
+    for err in errors.lock().unwrap().iter() {
+        assert!(
+            matches!(err, ClusterError::Unavailable { .. }),
+            "unexpected error: {err}"
+        );
+    }
+
+    server.restart();
+    assert!(
+        wait_until(LONG, || count(&runs) >= during + 5),
+        "runs resume after the restart"
+    );
+    stop(nodes);
+    let runs = runs.lock().unwrap().clone();
+    assert_eq!(doubles(&runs), vec![], "no run number may run twice");
+}
+
+#[test]
+fn a_bad_connection_string_is_a_typed_error_at_setup() {
+    for bad in [
+        "host=localhost port=notaport",
+        "postgresql://user@host:99999/db",
+        "host=localhost sslmode=require",
+        "nonsense without equals",
+    ] {
+        let err = PgLockStore::connect(bad).unwrap_err();
+        assert!(matches!(err, ClusterError::InvalidUrl(_)), "{bad}: {err:?}");
+        assert!(matches!(
+            PgLockStore::connect_lazy(bad),
+            Err(ClusterError::InvalidUrl(_))
+        ));
+    }
+}
+
+#[test]
+fn an_unreachable_server_at_setup_is_unavailable() {
+    // A port nothing listens on: connect() fails at once, connect_lazy() does not try.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("host=127.0.0.1 port={port} user=postgres connect_timeout=5");
+    let err = PgLockStore::connect(&url).unwrap_err();
+    assert!(matches!(err, ClusterError::Unavailable { .. }), "{err:?}");
+    assert!(err.to_string().contains("reconnects"), "{err}");
+    assert!(PgLockStore::connect_lazy(&url).is_ok());
+}
+
+#[test]
+fn the_server_directory_is_removed_on_drop() {
+    let server = PgServer::start();
+    let dir = server.dir().to_owned();
+    PgLockStore::connect(&server.url()).unwrap();
+    assert!(dir.exists());
+    drop(server);
+    assert!(!dir.exists());
+}
+
+#[test]
+fn the_server_failing_mid_run_leaves_the_lease_to_expire_and_the_job_goes_on() {
+    let server = PgServer::start();
+    let lease = Duration::from_millis(500); // 5 periods
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = Mutex::new(go_rx);
+    let runs: Runs = Arc::default();
+    let errors: Errors = Arc::default();
+    let pool = ScheduledThreadPool::builder()
+        .threads(2)
+        .panic_handler(|_| {})
+        .build()
+        .unwrap();
+    let (r, e) = (runs.clone(), errors.clone());
+    let task = ClusterJob::builder(
+        "mid-run",
+        Arc::new(PgLockStore::connect(&server.url()).unwrap()),
+    )
+    .at_most_for(lease)
+    .on_error(move |err| e.lock().unwrap().push(err))
+    .build()
+    .unwrap()
+    .schedule_at_fixed_rate(
+        &pool.handle(),
+        move |run| {
+            let first = r.lock().unwrap().is_empty();
+            r.lock().unwrap().push((run.number(), String::new()));
+            if first {
+                let _ = started_tx.send(());
+                let _ = go_rx.lock().unwrap().recv();
+            }
+        },
+        PERIOD,
+    )
+    .unwrap();
+
+    started_rx.recv_timeout(LONG).unwrap();
+    server.stop(); // the database goes away while the first run is in progress
+    go_tx.send(()).unwrap();
+    // The release fails: reported, no panic, and the job goes on (its claims fail too).
+    assert!(wait_until(LONG, || errors.lock().unwrap().len() >= 3));
+    for err in errors.lock().unwrap().iter() {
+        assert!(matches!(err, ClusterError::Unavailable { .. }), "{err}");
+    }
+    assert_eq!(runs.lock().unwrap().len(), 1);
+    server.restart();
+    assert!(
+        wait_until(LONG, || runs.lock().unwrap().len() >= 3),
+        "runs resume"
+    );
+    assert!(task.cancel());
+    assert_eq!(pool.stats().panicked, 0);
+    let runs = runs.lock().unwrap().clone();
+    // The lease of the first run was never released: it held the job for its full length.
+    assert!(
+        runs[1].0 >= runs[0].0 + 5,
+        "run {} ran inside the unreleased lease of run {}",
+        runs[1].0,
+        runs[0].0
+    );
+}
