@@ -92,9 +92,8 @@
 
 mod error;
 mod future;
-#[cfg(wheelpool_loom)]
-#[doc(hidden)]
-pub mod loom_api;
+#[cfg(all(test, wheelpool_loom))]
+mod loom;
 mod pool;
 mod sync;
 mod task;

@@ -139,7 +139,7 @@ impl Core {
     }
 
     /// Counts the task in, or refuses it (shutdown, saturation) without a trace.
-    fn admit(&self) -> Result<(), ScheduleError> {
+    pub(crate) fn admit(&self) -> Result<(), ScheduleError> {
         // SeqCst increment before the SeqCst lifecycle read: see the ground rules.
         let before = self.outstanding.fetch_add(1, Ordering::SeqCst);
         if self.lifecycle.load(Ordering::SeqCst) != RUNNING {

@@ -109,7 +109,7 @@ enum Gate {
 /// One wheel and its gate, under one lock.
 #[derive(Debug)]
 pub(crate) struct Shard {
-    wheel: Wheel<TaskRef>,
+    pub(crate) wheel: Wheel<TaskRef>,
     gate: Gate,
 }
 
@@ -117,7 +117,7 @@ pub(crate) struct Shard {
 #[derive(Debug)]
 pub(crate) struct Timer {
     pub(crate) time: TimeBase,
-    shards: Box<[CachePadded<Mutex<Shard>>]>,
+    pub(crate) shards: Box<[CachePadded<Mutex<Shard>>]>,
     sleep_until: CachePadded<AtomicU64>,
     parker: Parker,
     /// Only with a manual clock: how `ManualClock::advance` waits for the pool to settle.
