@@ -256,8 +256,9 @@ impl ModelPool {
         self.core.submit(task, self.core.timer.time.now_nanos())
     }
 
-    /// A prepared task straight into its shard's wheel (`Timer::submit`), after `Core::admit`:
-    /// how a task due at tick 0 gets into a wheel (`submit` would skip the wheel), so a driver
+    /// `Core::submit` of a prepared task as if its deadline were later than now: admit, then
+    /// into its shard's wheel (`Timer::submit`, `Core::route`'s wheel path), then the recheck.
+    /// How a task due at tick 0 gets into a wheel (`submit` would skip the wheel), so a driver
     /// pass finds it due.
     pub(super) fn insert(&self, task: &TaskRef) -> Result<(), ScheduleError> {
         self.core.admit()?;
@@ -265,7 +266,7 @@ impl ModelPool {
             self.core.stop_for_shutdown(task);
             return Err(ScheduleError::Shutdown);
         }
-        Ok(())
+        self.core.recheck_stop(task)
     }
 
     /// The body of worker thread `index` (`worker::run`); returns once the pool stops.

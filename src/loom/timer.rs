@@ -314,3 +314,49 @@ fn reset_racing_poll_and_cancel() {
         assert_eq!(future.join(), Err(TaskError::Cancelled));
     });
 }
+
+/// (c2) A due task's insert vs the driver's dispatch vs `shutdown_now`. The task is due at tick
+/// 0 and goes into its wheel while the real timer thread polls and hands it to the injector,
+/// and `shutdown_now` stops the driver (the `Stopped` gate, the wheels swapped out and handed
+/// back), then sweeps the run queues. No worker runs. Proves: the task is handed back exactly
+/// once or its schedule fails with `Shutdown`, wherever it was (wheel, the driver's hands, the
+/// injector) when the stop came; nothing is left in a wheel or a run queue.
+#[test]
+fn due_insert_racing_dispatch_and_shutdown_now() {
+    model("due_insert_racing_dispatch_and_shutdown_now", || {
+        let (ran, drops) = (Count::new(), Count::new());
+        let pool = Arc::new(ModelPool::new(1));
+        let (task, future) = {
+            let (ran, token) = (ran.clone(), drops.token());
+            pool.prepare(
+                move || {
+                    let _token = token;
+                    ran.add();
+                },
+                0,
+                1,
+            )
+        };
+        let driver = {
+            let pool = pool.clone();
+            thread::spawn(move || pool.run_driver())
+        };
+        let inserter = {
+            let pool = pool.clone();
+            thread::spawn(move || pool.insert(&task))
+        };
+        let returned = pool.core.shutdown_now();
+        let inserted = inserter.join().unwrap();
+        driver.join().unwrap();
+        assert_eq!(pool.wheel_len(), 0, "an entry was left in a wheel");
+        assert!(
+            !pool.core.workers.has_work(),
+            "a task was left in a run queue"
+        );
+        assert_eq!(pool.core.outstanding(), 0);
+        check_fate(inserted.map(|()| future), &ran, returned.len());
+        drop(returned);
+        drop(pool);
+        assert_eq!(drops.get(), 1, "closure dropped exactly once");
+    });
+}

@@ -169,7 +169,7 @@ impl Core {
     }
 
     /// After a push: if `shutdown_now` may have swept already, try to take the task back.
-    fn recheck_stop(&self, task: &TaskRef) -> Result<(), ScheduleError> {
+    pub(crate) fn recheck_stop(&self, task: &TaskRef) -> Result<(), ScheduleError> {
         // The queue pushes (`push_ready` through `Sleep::notify`, and `Timer::submit`'s
         // fallback) end with a SeqCst fence, so this SeqCst load is ordered after the push: it
         // pairs with the SeqCst lifecycle store in `shutdown_now` (ground rules). A direct
