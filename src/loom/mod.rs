@@ -30,7 +30,7 @@ use crate::pool::worker::{self, WorkerSet};
 use crate::pool::Core;
 use crate::sync::{Arc, Steal, Worker};
 use crate::task::periodic::{Periodic, Plan};
-use crate::task::{Job, MissedTicks, OneShot, RunEnv, TaskCell, TaskRef};
+use crate::task::{MissedTicks, OneShot, RunEnv, TaskCell, TaskRef};
 use crate::timer::driver::Driver;
 use crate::timer::{Clock, TimeBase, Timer};
 use std::any::Any;
@@ -245,7 +245,6 @@ impl ModelPool {
         T: Send + 'static,
     {
         let job = OneShot::new(Box::new(f) as OneShotFn<T>);
-        debug_assert!(!job.is_periodic());
         let cell = Arc::new(TaskCell::new(job, at.saturating_mul(TICK_NANOS), shard));
         let raw: TaskRef = cell.clone();
         (raw, ScheduledFuture::new(cell, self.core.clone()))
