@@ -100,6 +100,8 @@
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod cluster;
 mod error;
+#[cfg(all(test, wheelpool_loom))]
+mod loom;
 mod pool;
 mod sync;
 mod task;

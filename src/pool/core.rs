@@ -137,7 +137,7 @@ impl Core {
     }
 
     /// Counts the task in, or refuses it (shutdown, saturation) without a trace.
-    fn admit(&self) -> Result<(), ScheduleError> {
+    pub(crate) fn admit(&self) -> Result<(), ScheduleError> {
         // SeqCst increment before the SeqCst lifecycle read: see the ground rules.
         let before = self.outstanding.fetch_add(1, Ordering::SeqCst);
         if self.lifecycle.load(Ordering::SeqCst) != RUNNING {
@@ -167,12 +167,12 @@ impl Core {
     }
 
     /// After a push: if `shutdown_now` may have swept already, try to take the task back.
-    fn recheck_stop(&self, task: &TaskRef) -> Result<(), ScheduleError> {
-        // The queue pushes (`push_ready` through `Sleep::notify`, and `Timer::submit`'s
-        // fallback) end with a SeqCst fence, so this SeqCst load is ordered after the push: it
-        // pairs with the SeqCst lifecycle store in `shutdown_now` (ground rules). A direct
-        // insert into the wheel needs no fence: the wheel's lock orders it against the timer
-        // thread's final drain, which closes the direct path first.
+    pub(crate) fn recheck_stop(&self, task: &TaskRef) -> Result<(), ScheduleError> {
+        // A run-queue push (`push_ready`) ends with the SeqCst fence in `Sleep::notify`, so this
+        // SeqCst load is ordered after the push: it pairs with the SeqCst lifecycle store in
+        // `shutdown_now` (ground rules). A wheel insert needs no such look (the shard's gate and
+        // lock order it against the timer thread's stop); taking the task back here is harmless
+        // too, as its CAS decides between this and the timer's hand-back.
         if self.lifecycle.load(Ordering::SeqCst) == STOP && self.stop_for_shutdown(task) {
             return Err(ScheduleError::Shutdown);
         }

@@ -172,7 +172,7 @@ impl Driver {
     }
 
     /// Parks until the tick `next` (`None`: no time limit), or until woken.
-    fn park(&self, next: Option<u64>) {
+    pub(crate) fn park(&self, next: Option<u64>) {
         let timer = self.timer();
         let deadline = match (&timer.settle, next) {
             (None, Some(tick)) => Some(timer.time.instant_of(timer.time.nanos_of_tick(tick))),

@@ -106,10 +106,21 @@ enum Gate {
     Stopped,
 }
 
+impl Gate {
+    /// True if `task` may go into (or move within) a shard behind this gate.
+    fn admits(self, task: &TaskRef) -> bool {
+        match self {
+            Gate::Open => true,
+            Gate::Closing => !task.header().is_periodic(),
+            Gate::Stopped => false,
+        }
+    }
+}
+
 /// One wheel and its gate, under one lock.
 #[derive(Debug)]
 pub(crate) struct Shard {
-    wheel: Wheel<TaskRef>,
+    pub(crate) wheel: Wheel<TaskRef>,
     gate: Gate,
 }
 
@@ -117,7 +128,7 @@ pub(crate) struct Shard {
 #[derive(Debug)]
 pub(crate) struct Timer {
     pub(crate) time: TimeBase,
-    shards: Box<[CachePadded<Mutex<Shard>>]>,
+    pub(crate) shards: Box<[CachePadded<Mutex<Shard>>]>,
     sleep_until: CachePadded<AtomicU64>,
     parker: Parker,
     /// Only with a manual clock: how `ManualClock::advance` waits for the pool to settle.
@@ -165,12 +176,7 @@ impl Timer {
     pub(crate) fn submit(&self, task: &TaskRef) -> Result<(), Refused> {
         let tick = self.time.tick_ceil(task.header().deadline());
         let mut shard = self.shard_of(task);
-        let open = match shard.gate {
-            Gate::Open => true,
-            Gate::Closing => !task.header().is_periodic(),
-            Gate::Stopped => false,
-        };
-        if !open {
+        if !shard.gate.admits(task) {
             return Err(Refused);
         }
         insert_unless_cancelled(&mut shard.wheel, tick, task);
@@ -206,7 +212,9 @@ impl Timer {
     pub(crate) fn reset(&self, task: &TaskRef, deadline: u64, rebase: impl FnOnce()) -> bool {
         let tick = self.time.tick_ceil(deadline);
         let mut shard = self.shard_of(task);
-        if !task.header().state.is_scheduled() {
+        if !task.header().state.is_scheduled() || !shard.gate.admits(task) {
+            // A shard closed to this task is being swept by a shutdown: the task will not run
+            // (again), so there is nothing to move, and the sweep must find it where it is.
             return false;
         }
         let Some(entry) = unlink(&mut shard.wheel, task) else {

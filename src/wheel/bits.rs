@@ -77,7 +77,7 @@ fn shift(level: usize) -> u32 {
     level as u32 * LEVEL_BITS
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(wheelpool_loom)))]
 mod tests {
     use super::*;
 

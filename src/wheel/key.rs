@@ -70,7 +70,7 @@ impl Key {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(wheelpool_loom)))]
 mod tests {
     use super::*;
 

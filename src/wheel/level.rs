@@ -54,19 +54,19 @@ impl Level {
     }
 
     /// The list of `slot`, for invariant checks in tests.
-    #[cfg(test)]
+    #[cfg(all(test, not(wheelpool_loom)))]
     pub(super) fn slot(&self, slot: usize) -> List {
         self.slots[slot]
     }
 
     /// Whether the bitmap marks `slot` non-empty, for invariant checks in tests.
-    #[cfg(test)]
+    #[cfg(all(test, not(wheelpool_loom)))]
     pub(super) fn is_occupied(&self, slot: usize) -> bool {
         self.occupied & (1 << slot) != 0
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(wheelpool_loom)))]
 mod tests {
     use super::*;
 

@@ -512,5 +512,5 @@ impl<T> fmt::Debug for Wheel<T> {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(wheelpool_loom)))]
 mod tests;

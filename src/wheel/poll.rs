@@ -141,7 +141,7 @@ impl<T> Wheel<T> {
     }
 
     /// Checks the ground rules of the module docs (tests only).
-    #[cfg(test)]
+    #[cfg(all(test, not(wheelpool_loom)))]
     pub(super) fn check_cascade_rules(&self) {
         assert!(self.cursor <= self.now);
         if !self.cascading.list.is_empty() {

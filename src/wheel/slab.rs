@@ -255,7 +255,7 @@ fn bump(generation: u32) -> u32 {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(wheelpool_loom)))]
 mod tests {
     use super::*;
 

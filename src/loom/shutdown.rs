@@ -1,23 +1,19 @@
-//! Loom model 5: shutdown racing schedule (`src/pool/core.rs` `admit`/`route`/`recheck_stop`/
-//! `shutdown_now`, with the real worker loop and the real timer thread).
+//! Shutdown racing schedule (`src/pool/core.rs` `admit`/`route`/`recheck_stop`/`shutdown_now`,
+//! with the real worker loop and the real timer thread).
 //!
 //! Every task is exactly one of: rejected with `Shutdown`, run, or returned by `shutdown_now`.
 //! None is both, none is neither: a task left queued after `shutdown_now` with its schedule
 //! accepted would never finish, and its future's `join` would block (loom: deadlock).
 
-#![cfg(wheelpool_loom)]
-
-mod loom_common;
-
+use super::{model, Count, ModelPool};
+use crate::error::{ScheduleError, TaskError};
+use crate::sync::Arc;
+use crate::ScheduledFuture;
 use loom::thread;
-use loom_common::{model, Count};
-use std::sync::Arc;
-use wheelpool::loom_api::LoomPool;
-use wheelpool::{ScheduleError, TaskError};
 
 /// Checks the fate of one one-shot task scheduled while `shutdown_now` ran.
-fn check_fate(
-    scheduled: Result<wheelpool::ScheduledFuture<()>, ScheduleError>,
+pub(super) fn check_fate(
+    scheduled: Result<ScheduledFuture<()>, ScheduleError>,
     ran: &Count,
     returned: usize,
 ) {
@@ -40,8 +36,8 @@ fn check_fate(
 fn schedule_due_now_racing_shutdown_now() {
     model("schedule_due_now_racing_shutdown_now", || {
         let (ran, drops) = (Count::new(), Count::new());
-        let pool = Arc::new(LoomPool::new(1));
-        pool.driver_exited(); // no timer thread: nothing to hand back
+        let pool = Arc::new(ModelPool::new(1));
+        pool.core.driver_exited(); // no timer thread: nothing to hand back
         let worker = {
             let pool = pool.clone();
             thread::spawn(move || pool.run_worker(0))
@@ -58,43 +54,9 @@ fn schedule_due_now_racing_shutdown_now() {
                 )
             })
         };
-        let returned = pool.shutdown_now();
+        let returned = pool.core.shutdown_now();
         let scheduled = submitter.join().unwrap();
         worker.join().unwrap();
-        check_fate(scheduled, &ran, returned.len());
-        drop(returned);
-        drop(pool);
-        assert_eq!(drops.get(), 1, "closure dropped exactly once");
-    });
-}
-
-/// A delayed task (through the timer thread's submission queue) vs `shutdown_now`, with the
-/// real timer thread (`driver::run`), which hands back what it holds.
-#[test]
-fn schedule_later_racing_shutdown_now() {
-    model("schedule_later_racing_shutdown_now", || {
-        let (ran, drops) = (Count::new(), Count::new());
-        let pool = Arc::new(LoomPool::new(1));
-        let driver = {
-            let pool = pool.clone();
-            thread::spawn(move || pool.run_driver())
-        };
-        let submitter = {
-            let (pool, ran, token) = (pool.clone(), ran.clone(), drops.token());
-            thread::spawn(move || {
-                pool.schedule(
-                    move || {
-                        let _token = token;
-                        ran.add();
-                    },
-                    5,
-                )
-            })
-        };
-        let returned = pool.shutdown_now();
-        let scheduled = submitter.join().unwrap();
-        driver.join().unwrap();
-        assert_eq!(ran.get(), 0, "nothing is due");
         check_fate(scheduled, &ran, returned.len());
         drop(returned);
         drop(pool);
@@ -109,8 +71,8 @@ fn schedule_later_racing_shutdown_now() {
 fn periodic_rearm_racing_shutdown_now() {
     model("periodic_rearm_racing_shutdown_now", || {
         let (ran, drops) = (Count::new(), Count::new());
-        let pool = Arc::new(LoomPool::new(1));
-        pool.driver_exited();
+        let pool = Arc::new(ModelPool::new(1));
+        pool.core.driver_exited();
         let future = {
             let (ran, token) = (ran.clone(), drops.token());
             pool.schedule_periodic(
@@ -127,12 +89,12 @@ fn periodic_rearm_racing_shutdown_now() {
             let pool = pool.clone();
             thread::spawn(move || pool.run_one())
         };
-        let returned = pool.shutdown_now();
+        let returned = pool.core.shutdown_now();
         worker.join().unwrap();
         assert!(returned.len() <= 1);
         assert!(ran.get() <= 1);
         assert!(future.is_done(), "the task is finished, not left queued");
-        assert_eq!(pool.outstanding(), 0);
+        assert_eq!(pool.core.outstanding(), 0);
         let result = future.join();
         if returned.len() == 1 {
             assert_eq!(result, Err(TaskError::Cancelled));

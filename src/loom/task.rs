@@ -1,33 +1,38 @@
-//! Loom model 1: the task state machine (`src/task/state.rs`, `src/task/cell.rs`).
+//! The task state machine (`src/task/state.rs`, `src/task/cell.rs`).
 //!
 //! A one-shot task's cancel races its run (and `shutdown_now`'s stop): exactly one of them wins
 //! the CAS out of `SCHEDULED`, the loser sees the right state, the closure is dropped exactly
 //! once, and the future's result is exactly one of value / `Cancelled`.
 
-#![cfg(wheelpool_loom)]
-
-mod loom_common;
-
+use super::{bare_one_shot, model, BareEnv, Count, DropToken, OneShotFn};
+use crate::error::TaskError;
+use crate::sync::Arc;
+use crate::task::state::End;
+use crate::task::{Cancelled, OneShot, RawTask, RunOutcome, Stop, Stopped, TaskCell, TaskResult};
 use loom::thread;
-use loom_common::{model, Count};
-use wheelpool::loom_api::{CancelOutcome, OneShotTask, Ran};
-use wheelpool::TaskError;
+
+type Task = Arc<TaskCell<OneShot<OneShotFn<DropToken>>>>;
 
 /// A task whose closure holds a drop token (counts closure drops), counts its calls, and
 /// returns a value that holds another drop token (counts value drops).
-fn counted_task(
-    calls: &Count,
-    closure_drops: &Count,
-    value_drops: &Count,
-) -> OneShotTask<loom_common::DropToken> {
+fn counted_task(calls: &Count, closure_drops: &Count, value_drops: &Count) -> Task {
     let captured = closure_drops.token();
     let calls = calls.clone();
     let value = value_drops.clone();
-    OneShotTask::new(move || {
+    bare_one_shot(move || {
         let _captured = captured; // dropped when the call ends
         calls.add();
         value.token()
     })
+}
+
+fn run(task: &Task) -> RunOutcome {
+    task.run(&BareEnv { stopping: false })
+}
+
+fn join(task: &Task) -> Result<DropToken, TaskError> {
+    task.wait(None)
+        .expect("an untimed wait returns only with a result")
 }
 
 #[test]
@@ -37,26 +42,26 @@ fn one_shot_cancel_races_run() {
         let task = counted_task(&calls, &closure_drops, &value_drops);
         let runner = {
             let task = task.clone();
-            thread::spawn(move || task.run())
+            thread::spawn(move || run(&task))
         };
         let cancel = task.cancel();
         let ran = runner.join().unwrap();
-        assert!(task.is_done());
-        let result = task.join();
+        assert!(task.header().state.load().is_terminal());
+        let result = join(&task);
         match (cancel, ran) {
             // The cancel won SCHEDULED -> CANCELLED: the run never started.
-            (CancelOutcome::Waiting, Ran::NotStarted) => {
+            (Cancelled::Waiting, RunOutcome::NotStarted) => {
                 assert_eq!(calls.get(), 0);
                 assert!(matches!(result, Err(TaskError::Cancelled)));
             }
             // The run won, the cancel marked it RUNNING_CANCELLED: its value is dropped.
-            (CancelOutcome::Running, Ran::Cancelled) => {
+            (Cancelled::Running, RunOutcome::Finished(End::Cancelled)) => {
                 assert_eq!(calls.get(), 1);
                 assert!(matches!(result, Err(TaskError::Cancelled)));
                 assert_eq!(value_drops.get(), 1, "the cancelled run's value is dropped");
             }
             // The run finished first: the cancel changes nothing.
-            (CancelOutcome::No, Ran::Completed) => {
+            (Cancelled::No, RunOutcome::Finished(End::Completed)) => {
                 assert_eq!(calls.get(), 1);
                 assert!(result.is_ok());
                 assert_eq!(value_drops.get(), 0);
@@ -82,21 +87,23 @@ fn one_shot_run_cancel_and_stop_three_way() {
         let task = counted_task(&calls, &closure_drops, &value_drops);
         let runner = {
             let task = task.clone();
-            thread::spawn(move || task.run())
+            thread::spawn(move || run(&task))
         };
         let stopper = {
             let task = task.clone();
-            thread::spawn(move || {
-                // shutdown_now's sweep: returns the closure if it won.
-                task.stop_now().map(|pending| pending.is_some())
+            // shutdown_now's sweep: returns the closure if it won.
+            thread::spawn(move || match task.stop(Stop::Now) {
+                Stopped::NotWaiting => None,
+                Stopped::HandedBack(_) => Some(true),
+                Stopped::Ended => Some(false),
             })
         };
         let cancel = task.cancel();
         let ran = runner.join().unwrap();
         let stopped = stopper.join().unwrap();
 
-        let run_won = ran != Ran::NotStarted;
-        let cancel_won = cancel == CancelOutcome::Waiting;
+        let run_won = ran != RunOutcome::NotStarted;
+        let cancel_won = cancel == Cancelled::Waiting;
         let stop_won = stopped.is_some();
         assert_eq!(
             [run_won, cancel_won, stop_won]
@@ -115,14 +122,14 @@ fn one_shot_run_cancel_and_stop_three_way() {
             );
         }
         match ran {
-            Ran::NotStarted => assert_ne!(cancel, CancelOutcome::Running),
-            Ran::Completed => assert_eq!(cancel, CancelOutcome::No),
-            Ran::Cancelled => assert_eq!(cancel, CancelOutcome::Running),
+            RunOutcome::NotStarted => assert_ne!(cancel, Cancelled::Running),
+            RunOutcome::Finished(End::Completed) => assert_eq!(cancel, Cancelled::No),
+            RunOutcome::Finished(End::Cancelled) => assert_eq!(cancel, Cancelled::Running),
             other => panic!("a one-shot cannot end {other:?}"),
         }
-        let result = task.join();
+        let result = join(&task);
         match ran {
-            Ran::Completed => assert!(result.is_ok()),
+            RunOutcome::Finished(End::Completed) => assert!(result.is_ok()),
             _ => assert!(matches!(result, Err(TaskError::Cancelled))),
         }
         drop(result);

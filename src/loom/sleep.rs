@@ -1,4 +1,4 @@
-//! Loom model 3: worker sleep and wake (`src/pool/sleep.rs`, with the real worker loop of
+//! Worker sleep and wake (`src/pool/sleep.rs`, with the real worker loop of
 //! `src/pool/worker.rs` and `Core::push_ready`).
 //!
 //! - No lost wake-up: a push racing a worker going to sleep never leaves the task queued with
@@ -6,34 +6,29 @@
 //!   the task would block too: loom reports the deadlock.
 //! - No thundering herd: one push wakes at most one sleeper.
 
-#![cfg(wheelpool_loom)]
-
-mod loom_common;
-
+use super::{model, Count, ModelPool};
+use crate::sync::Arc;
 use loom::thread;
-use loom_common::{model, Count};
-use std::sync::Arc;
-use wheelpool::loom_api::LoomPool;
 
 /// Stops the pool's workers: there is no driver thread, so mark it gone first so that
 /// `shutdown_now` need not wait for its hand-back.
-fn stop(pool: &LoomPool) {
-    pool.driver_exited();
-    let returned = pool.shutdown_now();
+fn stop(pool: &ModelPool) {
+    pool.core.driver_exited();
+    let returned = pool.core.shutdown_now();
     assert!(returned.is_empty(), "every task ran before the stop");
 }
 
 #[test]
 fn push_racing_a_worker_going_to_sleep_is_not_lost() {
     model("push_racing_a_worker_going_to_sleep_is_not_lost", || {
-        let pool = Arc::new(LoomPool::new(1));
+        let pool = Arc::new(ModelPool::new(1));
         let worker = {
             let pool = pool.clone();
             thread::spawn(move || pool.run_worker(0))
         };
         let ran = Count::new();
         let r = ran.clone();
-        // Core::submit -> route -> push_ready: injector push, fence, notify(1).
+        // Core::submit -> route -> push_ready: injector push, notify(1).
         let future = pool.schedule(move || r.add(), 0).unwrap();
         assert_eq!(future.join(), Ok(()), "the task ran");
         assert_eq!(ran.get(), 1);
@@ -45,7 +40,7 @@ fn push_racing_a_worker_going_to_sleep_is_not_lost() {
 #[test]
 fn two_pushes_two_workers_both_run() {
     model("two_pushes_two_workers_both_run", || {
-        let pool = Arc::new(LoomPool::new(2));
+        let pool = Arc::new(ModelPool::new(2));
         let workers: Vec<_> = (0..2)
             .map(|i| {
                 let pool = pool.clone();
@@ -76,7 +71,7 @@ fn two_pushes_two_workers_both_run() {
 #[test]
 fn one_push_wakes_at_most_one_sleeper() {
     model("one_push_wakes_at_most_one_sleeper", || {
-        let pool = Arc::new(LoomPool::new(2));
+        let pool = Arc::new(ModelPool::new(2));
         let workers: Vec<_> = (0..2)
             .map(|i| {
                 let pool = pool.clone();
@@ -84,7 +79,7 @@ fn one_push_wakes_at_most_one_sleeper() {
                     if pool.take_one() {
                         return true;
                     }
-                    if pool.worker_should_exit() {
+                    if pool.core.worker_should_exit() {
                         return false;
                     }
                     pool.sleep(i);
@@ -95,8 +90,8 @@ fn one_push_wakes_at_most_one_sleeper() {
         assert!(woken <= 1, "one push woke {woken} sleepers");
         // Stop: wake_all, then the workers leave. The task was taken by exactly one worker or
         // swept by shutdown_now.
-        pool.driver_exited();
-        let swept = pool.shutdown_now().len();
+        pool.core.driver_exited();
+        let swept = pool.core.shutdown_now().len();
         let taken = workers
             .into_iter()
             .map(|w| usize::from(w.join().unwrap()))

@@ -1,0 +1,340 @@
+//! Loom models: the crate's own code, run on loom's primitives, as unit tests of the crate.
+//!
+//! Built only under `RUSTFLAGS="--cfg wheelpool_loom"` (see `.ci/run`): `crate::sync` then hands
+//! out loom's atomics, locks and queues, so every protocol step a model exercises is the crate's
+//! own function. The models live here, next to the internals they reach (tokio keeps its own at
+//! `src/runtime/tests/loom_*.rs`), and use the crate's types directly: `RunOutcome`, `Cancelled`,
+//! the `Driver` and its steps.
+//!
+//! One file per protocol: `task` (the state machine), `future` (completion vs waker), `sleep`
+//! (worker sleep and wake), `periodic` (re-arm vs cancel), `shutdown` (schedule vs shutdown),
+//! `driver` (the timer thread's sleep vs new deadlines) and `timer` (the sharded wheels' insert,
+//! cancel, reset and shutdown gates).
+//!
+//! Time: a [`ModelPool`] uses the system clock with a one-hour [`TICK`], so a deadline given in
+//! ticks is deterministic: tick 0 is due at once, anything later never comes due while a model
+//! runs. Loom needs every execution of a model to take the same branches for the same schedule,
+//! so nothing a model checks may depend on real time.
+
+mod driver;
+mod future;
+mod periodic;
+mod shutdown;
+mod sleep;
+mod task;
+mod timer;
+
+use crate::error::ScheduleError;
+use crate::pool::worker::{self, WorkerSet};
+use crate::pool::Core;
+use crate::sync::{Arc, Steal, Worker};
+use crate::task::periodic::{Periodic, Plan};
+use crate::task::state::End;
+use crate::task::{MissedTicks, OneShot, RunEnv, TaskCell, TaskRef};
+use crate::timer::driver::Driver;
+use crate::timer::{Clock, TimeBase, Timer};
+use crate::ScheduledFuture;
+use std::any::Any;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Runs `f` under loom with the preemption bound of `LOOM_MAX_PREEMPTIONS` (2 if unset: the
+/// bound CI uses), and prints how many executions it explored and how long that took.
+pub(super) fn model<F>(name: &str, f: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(2);
+    }
+    let executions = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = executions.clone();
+    let start = Instant::now();
+    builder.check(move || {
+        counted.fetch_add(1, Ordering::Relaxed);
+        f()
+    });
+    eprintln!(
+        "loom model {name}: {} executions in {:.2?} (preemption bound {:?})",
+        executions.load(Ordering::Relaxed),
+        start.elapsed(),
+        builder.preemption_bound
+    );
+}
+
+/// Counts events (runs, drops) seen by model threads. A plain std atomic on purpose: loom runs
+/// its threads one at a time, so a SeqCst std atomic reads what happened earlier in the schedule
+/// being explored. It records the interleaving; it is not part of any protocol.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Count(std::sync::Arc<AtomicUsize>);
+
+impl Count {
+    pub(super) fn new() -> Self {
+        Self::default()
+    }
+    pub(super) fn add(&self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+    pub(super) fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+    /// A value that bumps this count when dropped.
+    pub(super) fn token(&self) -> DropToken {
+        DropToken(self.clone())
+    }
+}
+
+/// Bumps its `Count` when dropped: captured by closures to count drops.
+#[derive(Debug)]
+pub(super) struct DropToken(Count);
+
+impl Drop for DropToken {
+    fn drop(&mut self) {
+        self.0.add();
+    }
+}
+
+/// A loom-aware `block_on`: polls `f`, and between polls waits on a loom condvar until its
+/// waker is woken. A wake-up that never comes leaves this thread blocked, which loom reports as
+/// a deadlock once every other thread is done. Returns the output and how many wakes it saw.
+pub(super) fn block_on<F: std::future::Future>(f: F) -> (F::Output, usize) {
+    use std::task::{Context, Poll, Wake, Waker};
+
+    struct Signal {
+        woken: loom::sync::Mutex<bool>,
+        cv: loom::sync::Condvar,
+        wakes: AtomicUsize,
+    }
+    impl Wake for Signal {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.wake_by_ref();
+        }
+        fn wake_by_ref(self: &std::sync::Arc<Self>) {
+            self.wakes.fetch_add(1, Ordering::SeqCst);
+            *self.woken.lock().unwrap() = true;
+            self.cv.notify_one();
+        }
+    }
+
+    let signal = std::sync::Arc::new(Signal {
+        woken: loom::sync::Mutex::new(false),
+        cv: loom::sync::Condvar::new(),
+        wakes: AtomicUsize::new(0),
+    });
+    let waker = Waker::from(signal.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(out) = f.as_mut().poll(&mut cx) {
+            return (out, signal.wakes.load(Ordering::SeqCst));
+        }
+        let mut woken = signal.woken.lock().unwrap();
+        while !*woken {
+            woken = signal.cv.wait(woken).unwrap();
+        }
+        *woken = false;
+    }
+}
+
+/// The `RunEnv` of a bare task run outside any pool: time stands at 0.
+pub(super) struct BareEnv {
+    pub(super) stopping: bool,
+}
+
+impl RunEnv for BareEnv {
+    fn now_nanos(&self) -> u64 {
+        0
+    }
+    fn stopping(&self) -> bool {
+        self.stopping
+    }
+    fn report_panic(&self, _payload: Box<dyn Any + Send>) -> String {
+        "panicked".to_owned()
+    }
+    fn run_ending(&self, _end: End, _ran_ok: bool) {}
+}
+
+pub(super) type OneShotFn<T> = Box<dyn FnOnce() -> T + Send>;
+pub(super) type PeriodicFn = Box<dyn FnMut() + Send>;
+
+/// A bare one-shot task cell (no pool), `SCHEDULED`, that will run `f`.
+pub(super) fn bare_one_shot<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Arc<TaskCell<OneShot<OneShotFn<T>>>> {
+    Arc::new(TaskCell::new(
+        OneShot::new(Box::new(f) as OneShotFn<T>),
+        0,
+        0,
+    ))
+}
+
+/// A bare fixed-delay task cell (delay 0, no pool): its `run` re-arms it in place (the pool
+/// would then resubmit it), so a model can run it again at once.
+pub(super) fn bare_periodic(
+    f: impl FnMut() + Send + 'static,
+) -> Arc<TaskCell<Periodic<PeriodicFn>>> {
+    let job = Periodic::new(Box::new(f) as PeriodicFn, Plan::Delay { delay: 0 }, false);
+    Arc::new(TaskCell::new(job, 0, 0))
+}
+
+/// One tick of a [`ModelPool`]: an hour, so that "later" deadlines never come due in a model.
+pub(super) const TICK: Duration = Duration::from_secs(3600);
+const TICK_NANOS: u64 = 3_600_000_000_000;
+
+/// A pool core with no threads of its own: models run its workers, its driver and its callers
+/// on loom threads. See the module docs for time.
+pub(super) struct ModelPool {
+    pub(super) core: Arc<Core>,
+    /// Worker deques not yet handed to `run_worker`.
+    locals: std::sync::Mutex<Vec<Option<Worker<TaskRef>>>>,
+}
+
+impl ModelPool {
+    /// A core for `workers` workers (their loops run only when a model calls `run_worker`).
+    pub(super) fn new(workers: usize) -> Self {
+        let timer = Timer::new(TimeBase::new(Clock::System, TICK), workers);
+        let (set, locals) = WorkerSet::new(workers);
+        let core = Core::new(timer, set, workers + 1, None, None, MissedTicks::Burst);
+        ModelPool {
+            core: Arc::new(core),
+            locals: std::sync::Mutex::new(locals.into_iter().map(Some).collect()),
+        }
+    }
+
+    fn when(&self, at: u64) -> crate::pool::submit::When {
+        crate::pool::submit::When {
+            deadline: at.saturating_mul(TICK_NANOS),
+            now: self.core.timer.time.now_nanos(),
+        }
+    }
+
+    /// `schedule` of a one-shot due at tick `at` (0: now, straight to a run queue), from the
+    /// calling thread's home shard.
+    pub(super) fn schedule<T, F>(&self, f: F, at: u64) -> Result<ScheduledFuture<T>, ScheduleError>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        crate::pool::submit::one_shot(&self.core, f, self.when(at))
+    }
+
+    /// A fixed-delay task first due at tick `first`, re-armed `every` ticks after each run
+    /// (0: re-armed straight onto a run queue).
+    pub(super) fn schedule_periodic<F>(
+        &self,
+        f: F,
+        first: u64,
+        every: u64,
+    ) -> Result<ScheduledFuture<()>, ScheduleError>
+    where
+        F: FnMut() + Send + 'static,
+    {
+        let plan = Plan::Delay {
+            delay: every.saturating_mul(TICK_NANOS),
+        };
+        let job = Periodic::new(Box::new(f) as PeriodicFn, plan, false);
+        crate::pool::submit::submit_job(&self.core, job, self.when(first))
+    }
+
+    /// A one-shot task cell due at tick `at` in `shard`, and its future, not submitted yet: a
+    /// model hands the task to [`submit`](Self::submit) or [`insert`](Self::insert) on one
+    /// thread while another cancels it through the future.
+    pub(super) fn prepare<T, F>(&self, f: F, at: u64, shard: u16) -> (TaskRef, ScheduledFuture<T>)
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let job = OneShot::new(Box::new(f) as OneShotFn<T>);
+        let cell = Arc::new(TaskCell::new(job, at.saturating_mul(TICK_NANOS), shard));
+        let raw: TaskRef = cell.clone();
+        (raw, ScheduledFuture::new(cell, self.core.clone()))
+    }
+
+    /// `Core::submit` of a prepared task (admit, route, recheck), as every schedule call ends.
+    pub(super) fn submit(&self, task: &TaskRef) -> Result<(), ScheduleError> {
+        self.core.submit(task, self.core.timer.time.now_nanos())
+    }
+
+    /// `Core::submit` of a prepared task as if its deadline were later than now: admit, then
+    /// into its shard's wheel (`Timer::submit`, `Core::route`'s wheel path), then the recheck.
+    /// How a task due at tick 0 gets into a wheel (`submit` would skip the wheel), so a driver
+    /// pass finds it due.
+    pub(super) fn insert(&self, task: &TaskRef) -> Result<(), ScheduleError> {
+        self.core.admit()?;
+        if self.core.timer.submit(task).is_err() {
+            self.core.stop_for_shutdown(task);
+            return Err(ScheduleError::Shutdown);
+        }
+        self.core.recheck_stop(task)
+    }
+
+    /// The body of worker thread `index` (`worker::run`); returns once the pool stops.
+    pub(super) fn run_worker(&self, index: usize) {
+        let deque = self.locals.lock().unwrap()[index]
+            .take()
+            .expect("run_worker called twice for one index");
+        worker::run(self.core.clone(), index, deque);
+    }
+
+    /// One step of a worker without its loop: take a task from the injector and run it with the
+    /// pool's bookkeeping (`Core::run_task`). False if the injector was empty.
+    pub(super) fn run_one(&self) -> bool {
+        match self.core.workers.injector.steal() {
+            Steal::Success(task) => {
+                self.core.run_task(&task);
+                crate::task::drop_user(task);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Takes one task off the injector without running it (it is dropped); false if empty.
+    pub(super) fn take_one(&self) -> bool {
+        matches!(self.core.workers.injector.steal(), Steal::Success(_))
+    }
+
+    /// The two steps of `Core::push_ready` from a thread that is not a worker (push on the
+    /// injector, `notify(1)`) for a task nobody runs; returns how many sleepers it woke.
+    pub(super) fn push_counting_wakes(&self) -> usize {
+        let task: TaskRef = bare_one_shot(|| ());
+        self.core.workers.injector.push(task);
+        self.core.workers.sleep.notify(1)
+    }
+
+    /// An idle worker's sleep, exactly as `worker::run` calls it.
+    pub(super) fn sleep(&self, index: usize) {
+        let core = &self.core;
+        core.workers.sleep.sleep(index, || {
+            core.workers.has_work() || core.worker_should_exit()
+        });
+    }
+
+    /// The timer thread's body (`driver::run`), then its exit bookkeeping, as the builder's
+    /// timer thread does.
+    pub(super) fn run_driver(&self) {
+        crate::timer::driver::run(self.core.clone());
+        self.core.driver_exited();
+    }
+
+    /// The timer thread's state, for a model to step by hand.
+    pub(super) fn driver(&self) -> Driver {
+        Driver::new(self.core.clone())
+    }
+
+    /// Entries in every shard's wheel together.
+    pub(super) fn wheel_len(&self) -> usize {
+        self.core
+            .timer
+            .shards
+            .iter()
+            .map(|s| s.lock().wheel.len())
+            .sum()
+    }
+
+    /// The next expiration tick of shard `i`'s wheel.
+    pub(super) fn next_expiration(&self, i: usize) -> Option<u64> {
+        self.core.timer.shards[i].lock().wheel.next_expiration()
+    }
+}
