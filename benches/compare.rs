@@ -177,16 +177,7 @@ fn parent(args: &[String]) -> Result<(), String> {
     let max_noise: f64 = option_value(args, "--max-noise")?.unwrap_or(DEFAULT_MAX_NOISE_PCT);
     let retries: usize = option_value(args, "--retries")?.unwrap_or(DEFAULT_RETRIES);
     let extra_tick: u64 = option_value(args, "--tick-us")?.unwrap_or(DEFAULT_EXTRA_TICK_US);
-    let w7_threads = match option_value::<String>(args, "--threads")? {
-        Some(list) => list
-            .split(',')
-            .map(|t| match t.trim().parse::<u64>() {
-                Ok(t) if t > 0 => Ok(t),
-                _ => Err(format!("bad thread count {t} in --threads")),
-            })
-            .collect::<Result<Vec<_>, _>>()?,
-        None => DEFAULT_W7_THREADS.to_vec(),
-    };
+    let w7_threads = w7_thread_counts(args)?;
     let workloads = match option_value::<String>(args, "--workloads")? {
         Some(list) => list
             .split(',')
@@ -304,6 +295,20 @@ fn plan(
         }
     }
     jobs
+}
+
+/// W7's producer counts from `--threads 1,2,4,8`, or [`DEFAULT_W7_THREADS`].
+fn w7_thread_counts(args: &[String]) -> Result<Vec<u64>, String> {
+    match option_value::<String>(args, "--threads")? {
+        Some(list) => list
+            .split(',')
+            .map(|t| match t.trim().parse::<u64>() {
+                Ok(t) if t > 0 => Ok(t),
+                _ => Err(format!("bad thread count {t} in --threads")),
+            })
+            .collect(),
+        None => Ok(DEFAULT_W7_THREADS.to_vec()),
+    }
 }
 
 /// Sizes of WORKLOADS.md, or small ones for `--quick`.

@@ -51,6 +51,8 @@ struct Config {
 struct Round {
     /// Probe run instant - probe deadline in ms, negative if it ran early (`None`: it never ran).
     late_ms: Option<f64>,
+    /// How long the probe's own schedule call took (part of its lateness).
+    probe_call: Duration,
     /// Whether the cancellers were still at work when the probe ran.
     during_storm: bool,
     /// From the start of the storm until the last canceller finished.
@@ -95,8 +97,9 @@ fn main() -> ExitCode {
             }
         }
         println!(
-            " ({} the storm); storm {:.1} ms, {:.2} M cancels/s, {} of {} cancelled",
+            " ({} the storm; its schedule call took {:.3} ms); storm {:.1} ms, {:.2} M cancels/s, {} of {} cancelled",
             if r.during_storm { "during" } else { "after" },
+            ms(r.probe_call),
             ms(r.storm),
             rate / 1e6,
             r.cancelled,
@@ -135,7 +138,8 @@ fn run_round(pool: &ScheduledThreadPool, config: Config) -> Round {
             .collect();
         barrier.wait();
         let start = Instant::now();
-        let deadline = Instant::now() + PROBE;
+        let call = Instant::now();
+        let deadline = call + PROBE;
         let probe = pool
             .schedule(
                 move || {
@@ -145,6 +149,7 @@ fn run_round(pool: &ScheduledThreadPool, config: Config) -> Round {
                 PROBE,
             )
             .expect("schedule the probe");
+        let probe_call = call.elapsed();
         let cancelled = cancellers
             .into_iter()
             .map(|c| c.join().expect("a canceller panicked"))
@@ -157,6 +162,7 @@ fn run_round(pool: &ScheduledThreadPool, config: Config) -> Round {
                 Some(late) => ms(late),
                 None => -ms(deadline - at),
             }),
+            probe_call,
             during_storm: ran.is_some_and(|at| at < storm_end),
             storm: storm_end - start,
             cancelled,

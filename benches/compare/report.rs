@@ -283,7 +283,7 @@ pub(crate) fn noise_note(records: &[Record], max_noise: f64) -> String {
             format!(
                 "{} {} n={} ({:.0}%)",
                 r.label(),
-                r.workload,
+                r.row(),
                 r.n,
                 r.figure(NOISE).unwrap_or(0.0)
             )
