@@ -1,13 +1,15 @@
-//! The peer comparison: the workloads W1..W6 of WORKLOADS.md on wheelpool, the crate
+//! The peer comparison: the workloads W1..W8 of WORKLOADS.md on wheelpool, the crate
 //! `scheduled-thread-pool` and tokio, each (implementation, workload) pair in a fresh process.
 //!
 //! ```text
 //! cargo bench --bench compare                               # everything, 3 runs, medians
 //! cargo bench --bench compare -- --quick                    # small sizes: a smoke test
 //! cargo bench --bench compare -- --workloads W1,W3 --impls wheelpool,tokio --runs 5
+//! cargo bench --bench compare -- --workloads W7,W8 --threads 1,8  # W7 at T = 1 and 8 only
 //! ```
 //!
-//! The parent re-runs this executable as `--child IMPL WORKLOAD N [--tick-us US] [--secs S]` for
+//! The parent re-runs this executable as
+//! `--child IMPL WORKLOAD N [--tick-us US] [--secs S] [--threads T]` for
 //! every pair and run, so that each child's memory and CPU figures are its own. A child prints one
 //! JSON line; the parent prints every line, then the medians, then markdown tables with the
 //! wheelpool / peer ratios. See BENCHMARKS.md for what each figure means.
@@ -57,6 +59,9 @@ const SELF_CPU: &str = "self_cpu_ms";
 /// done again (see `--max-noise`).
 const DEFAULT_MAX_NOISE_PCT: f64 = 10.0;
 
+/// W7's producer thread counts T of WORKLOADS.md (`--threads` picks others).
+const DEFAULT_W7_THREADS: [u64; 4] = [1, 2, 4, 8];
+
 /// How often a noisy run is done again before the quietest attempt is kept.
 const DEFAULT_RETRIES: usize = 2;
 
@@ -69,10 +74,11 @@ const CHILD_TIME_LIMIT: Duration = Duration::from_secs(180);
 const USAGE: &str = "\
 usage: cargo bench --bench compare -- [options]
   --runs R             runs of every pair; the tables show medians (default 3)
-  --workloads W1,W3    workloads to run (default all: W1..W6)
+  --workloads W1,W3    workloads to run (default all: W1..W8)
   --impls a,b          implementations: wheelpool, scheduled-thread-pool (or stp), tokio (default all)
   --quick              small sizes and short runs: a smoke test in well under a minute
   --n N                override every selected workload's size
+  --threads 1,2,4,8    W7's producer thread counts (default 1,2,4,8)
   --tick-us US         extra W3 run of wheelpool with this tick (default 100; 0: none)
   --max-noise PCT      run a pair again if other processes took more than PCT% of the
                        machine's CPU meanwhile (default 10)
@@ -109,9 +115,11 @@ fn child(args: &[String]) -> Result<(), String> {
     let n: u64 = n.parse().map_err(|_| format!("bad N {n}"))?;
     let tick_us: Option<u64> = option_value(args, "--tick-us")?;
     let secs: f64 = option_value(args, "--secs")?.unwrap_or(default_secs(workload, false));
+    let threads: Option<u64> = option_value(args, "--threads")?;
     let params = Params {
         workload,
         n,
+        threads: threads.unwrap_or(1),
         tick: tick_us.map(Duration::from_micros),
         secs,
     };
@@ -126,6 +134,7 @@ fn child(args: &[String]) -> Result<(), String> {
         workload: workload.name().to_string(),
         n,
         tick_us,
+        threads,
         figures: figures
             .into_iter()
             .map(|(k, v)| (k.to_string(), v))
@@ -150,6 +159,8 @@ struct Job {
     workload: Workload,
     n: u64,
     tick_us: Option<u64>,
+    /// W7's producer threads.
+    threads: Option<u64>,
     secs: f64,
 }
 
@@ -166,6 +177,7 @@ fn parent(args: &[String]) -> Result<(), String> {
     let max_noise: f64 = option_value(args, "--max-noise")?.unwrap_or(DEFAULT_MAX_NOISE_PCT);
     let retries: usize = option_value(args, "--retries")?.unwrap_or(DEFAULT_RETRIES);
     let extra_tick: u64 = option_value(args, "--tick-us")?.unwrap_or(DEFAULT_EXTRA_TICK_US);
+    let w7_threads = w7_thread_counts(args)?;
     let workloads = match option_value::<String>(args, "--workloads")? {
         Some(list) => list
             .split(',')
@@ -184,17 +196,25 @@ fn parent(args: &[String]) -> Result<(), String> {
         eprintln!("compare: wheelpool is not wired in yet: its cells say \"pending\"");
     }
 
-    let jobs = plan(&workloads, &impls, quick, n_override, extra_tick);
+    let jobs = plan(
+        &workloads,
+        &impls,
+        quick,
+        n_override,
+        extra_tick,
+        &w7_threads,
+    );
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this executable: {e}"))?;
     let mut records = Vec::new();
     let started = Instant::now();
     for run in 1..=runs {
         for job in &jobs {
             eprint!(
-                "[run {run}/{runs}] {} {} n={}{} ... ",
+                "[run {run}/{runs}] {} {} n={}{}{} ... ",
                 job.impl_name,
                 job.workload.name(),
                 job.n,
+                job.threads.map(|t| format!(" T={t}")).unwrap_or_default(),
                 job.tick_us
                     .map(|t| format!(" tick={t}us"))
                     .unwrap_or_default()
@@ -227,14 +247,15 @@ fn parent(args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-/// The pairs to run: every selected workload at its sizes, for every selected implementation
-/// that can run, plus wheelpool's W3 with the extra tick.
+/// The pairs to run: every selected workload at its sizes (W7 also at each producer count),
+/// for every selected implementation that can run, plus wheelpool's W3 with the extra tick.
 fn plan(
     workloads: &[Workload],
     impls: &[&'static str],
     quick: bool,
     n_override: Option<u64>,
     extra_tick_us: u64,
+    w7_threads: &[u64],
 ) -> Vec<Job> {
     let mut jobs = Vec::new();
     for &workload in workloads {
@@ -242,7 +263,14 @@ fn plan(
             Some(n) => vec![n],
             None => default_sizes(workload, quick),
         };
-        for n in sizes {
+        let thread_counts: Vec<Option<u64>> = match workload {
+            Workload::W7 => w7_threads.iter().map(|&t| Some(t)).collect(),
+            _ => vec![None],
+        };
+        let shapes = sizes
+            .iter()
+            .flat_map(|&n| thread_counts.iter().map(move |&t| (n, t)));
+        for (n, threads) in shapes {
             for &impl_name in impls {
                 if impl_name == report::SUBJECT && !WHEELPOOL_READY {
                     continue;
@@ -252,6 +280,7 @@ fn plan(
                     workload,
                     n,
                     tick_us: None,
+                    threads,
                     secs: default_secs(workload, quick),
                 };
                 let extra =
@@ -268,6 +297,20 @@ fn plan(
     jobs
 }
 
+/// W7's producer counts from `--threads 1,2,4,8`, or [`DEFAULT_W7_THREADS`].
+fn w7_thread_counts(args: &[String]) -> Result<Vec<u64>, String> {
+    match option_value::<String>(args, "--threads")? {
+        Some(list) => list
+            .split(',')
+            .map(|t| match t.trim().parse::<u64>() {
+                Ok(t) if t > 0 => Ok(t),
+                _ => Err(format!("bad thread count {t} in --threads")),
+            })
+            .collect(),
+        None => Ok(DEFAULT_W7_THREADS.to_vec()),
+    }
+}
+
 /// Sizes of WORKLOADS.md, or small ones for `--quick`.
 fn default_sizes(workload: Workload, quick: bool) -> Vec<u64> {
     match (workload, quick) {
@@ -282,14 +325,19 @@ fn default_sizes(workload: Workload, quick: bool) -> Vec<u64> {
         (Workload::W5, false) => vec![10_000],
         (Workload::W5, true) => vec![1_000],
         (Workload::W6, _) => vec![1],
+        (Workload::W7, false) => vec![2_000_000],
+        (Workload::W7, true) => vec![200_000],
+        (Workload::W8, false) => vec![1_000_000],
+        (Workload::W8, true) => vec![100_000],
     }
 }
 
-/// How long W5 runs and W6 sleeps (3 s and 5 s; 1 s each for `--quick`).
+/// How long W5 runs, W6 sleeps and W8's tasks wait (3 s, 5 s and 2 s; 1 s each for `--quick`).
 fn default_secs(workload: Workload, quick: bool) -> f64 {
     match (workload, quick) {
         (_, true) => 1.0,
         (Workload::W6, false) => 5.0,
+        (Workload::W8, false) => 2.0,
         _ => 3.0,
     }
 }
@@ -365,6 +413,9 @@ fn run_child(exe: &std::path::Path, job: &Job) -> Result<Record, String> {
     if let Some(us) = job.tick_us {
         command.arg("--tick-us").arg(us.to_string());
     }
+    if let Some(threads) = job.threads {
+        command.arg("--threads").arg(threads.to_string());
+    }
     let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -425,11 +476,12 @@ fn canonical_impl(name: &str) -> Result<&'static str, String> {
 /// to every bench target).
 fn warn_unknown(args: &[String]) {
     const FLAGS: [&str; 3] = ["--bench", "--quick", "--help"];
-    const WITH_VALUE: [&str; 7] = [
+    const WITH_VALUE: [&str; 8] = [
         "--runs",
         "--workloads",
         "--impls",
         "--n",
+        "--threads",
         "--tick-us",
         "--max-noise",
         "--retries",

@@ -1,7 +1,7 @@
 //! The JSON lines the children print, their medians, and the markdown tables the parent prints.
 //!
 //! A line is one flat JSON object: `{"impl":"tokio","workload":"W1","n":10000,...figures}` with
-//! string or number values only. The parser reads exactly what [`Record::to_json`] writes (no
+//! string or number values only (W7 adds `"threads":T` after `n`: its rows are per T). The parser reads exactly what [`Record::to_json`] writes (no
 //! escapes, no nesting): it is not a general JSON parser and need not be.
 
 use std::collections::BTreeSet;
@@ -28,6 +28,8 @@ pub(crate) struct Record {
     pub(crate) n: u64,
     /// The timer tick the child was asked for, if any.
     pub(crate) tick_us: Option<u64>,
+    /// W7's producer threads, if any.
+    pub(crate) threads: Option<u64>,
     pub(crate) figures: Vec<(String, f64)>,
 }
 
@@ -40,12 +42,23 @@ impl Record {
         }
     }
 
+    /// The row this record goes to: the workload, with its producer count if one was set.
+    pub(crate) fn row(&self) -> String {
+        match self.threads {
+            Some(t) => format!("{} T={t}", self.workload),
+            None => self.workload.clone(),
+        }
+    }
+
     /// One JSON line (no newline).
     pub(crate) fn to_json(&self) -> String {
         let mut out = format!(
             r#"{{"impl":"{}","workload":"{}","n":{}"#,
             self.impl_name, self.workload, self.n
         );
+        if let Some(threads) = self.threads {
+            let _ = write!(out, r#","threads":{threads}"#);
+        }
         if let Some(us) = self.tick_us {
             let _ = write!(out, r#","tick_us":{us}"#);
         }
@@ -64,6 +77,7 @@ impl Record {
             workload: String::new(),
             n: 0,
             tick_us: None,
+            threads: None,
             figures: Vec::new(),
         };
         for pair in body.split(',') {
@@ -75,6 +89,7 @@ impl Record {
                 "workload" => record.workload = value.trim_matches('"').to_string(),
                 "n" => record.n = value.parse().ok()?,
                 "tick_us" => record.tick_us = Some(value.parse().ok()?),
+                "threads" => record.threads = Some(value.parse().ok()?),
                 _ => {
                     let number = match value {
                         "null" => f64::NAN,
@@ -102,14 +117,12 @@ impl Record {
     }
 }
 
-/// Per (label, workload, n): the median of each figure over the runs, in first-seen order.
+/// Per (label, row, n): the median of each figure over the runs, in first-seen order.
 pub(crate) fn medians(records: &[Record]) -> Vec<Record> {
     let mut groups: Vec<(Record, Vec<&Record>)> = Vec::new();
     for record in records {
         let same = |(first, _): &&mut (Record, Vec<&Record>)| {
-            first.label() == record.label()
-                && first.workload == record.workload
-                && first.n == record.n
+            first.label() == record.label() && first.row() == record.row() && first.n == record.n
         };
         match groups.iter_mut().find(|g| same(g)) {
             Some((_, members)) => members.push(record),
@@ -143,7 +156,7 @@ pub(crate) fn median(mut values: Vec<f64>) -> f64 {
     }
 }
 
-/// The main table: one row per (workload, n, figure), a column per implementation, and the
+/// The main table: one row per (workload and W7's T, n, figure), a column per implementation, and the
 /// wheelpool/peer ratio of each figure. `subject_ready` false: wheelpool's cells say "pending".
 pub(crate) fn main_table(medians: &[Record], subject_ready: bool) -> String {
     let mut out = String::new();
@@ -154,15 +167,15 @@ pub(crate) fn main_table(medians: &[Record], subject_ready: bool) -> String {
         "| workload | n | figure | better | {SUBJECT} | {peers} | {ratios} |"
     );
     let _ = writeln!(out, "|---|---:|---|---|---:|---:|---:|---:|---:|");
-    let by_label = |label: &str, workload: &str, n: u64| {
+    let by_label = |label: &str, row: &str, n: u64| {
         medians
             .iter()
-            .find(|r| r.label() == label && r.workload == workload && r.n == n)
+            .find(|r| r.label() == label && r.row() == row && r.n == n)
     };
     for (workload, n) in rows_order(medians) {
         let Some(first) = medians
             .iter()
-            .find(|r| r.workload == workload && r.n == n && r.tick_us.is_none())
+            .find(|r| r.row() == workload && r.n == n && r.tick_us.is_none())
         else {
             continue;
         };
@@ -270,7 +283,7 @@ pub(crate) fn noise_note(records: &[Record], max_noise: f64) -> String {
             format!(
                 "{} {} n={} ({:.0}%)",
                 r.label(),
-                r.workload,
+                r.row(),
                 r.n,
                 r.figure(NOISE).unwrap_or(0.0)
             )
@@ -286,9 +299,9 @@ pub(crate) fn noise_note(records: &[Record], max_noise: f64) -> String {
     out
 }
 
-/// (workload, n) pairs, sorted.
+/// (row, n) pairs, sorted (W7's rows by T: "W7 T=1" < "W7 T=2" < .. < "W7 T=8").
 fn rows_order(medians: &[Record]) -> BTreeSet<(String, u64)> {
-    medians.iter().map(|r| (r.workload.clone(), r.n)).collect()
+    medians.iter().map(|r| (r.row(), r.n)).collect()
 }
 
 fn ratio_cell(subject: Option<f64>, peer: Option<f64>, subject_ready: bool) -> String {
@@ -303,7 +316,14 @@ fn ratio_cell(subject: Option<f64>, peer: Option<f64>, subject_ready: bool) -> S
 
 /// Which way is good for a figure, read off its name.
 fn better(figure: &str) -> &'static str {
-    const HIGHER: [&str; 5] = ["ops_per_s", "tasks_per_s", "executions", "ratio", "fired"];
+    const HIGHER: [&str; 6] = [
+        "ops_per_s",
+        "tasks_per_s",
+        "executions",
+        "ratio",
+        "fired",
+        "drain_per_s",
+    ];
     const NEUTRAL: [&str; 1] = ["handle_bytes"];
     if NEUTRAL.iter().any(|h| figure.starts_with(h)) {
         "-"

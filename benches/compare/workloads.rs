@@ -1,4 +1,4 @@
-//! The workloads W1..W6 of WORKLOADS.md, each a generic function over [`Timer`] that runs in a
+//! The workloads W1..W8 of WORKLOADS.md, each a generic function over [`Timer`] that runs in a
 //! fresh child process and returns its figures.
 //!
 //! Ground rules:
@@ -12,7 +12,7 @@
 use std::collections::VecDeque;
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::{Barrier, Condvar, Mutex, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,9 @@ const SEED: u64 = 0x5eed_0f73;
 /// How long a child waits for tasks that must all run before it reports what it has.
 const WAIT_LIMIT: Duration = Duration::from_secs(120);
 
+/// The timeout of W2 and W7: longer than either loop runs, so none fires.
+const CHURN_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Figures of one run: name (unit in the name) and value.
 pub(crate) type Figures = Vec<(&'static str, f64)>;
 
@@ -40,20 +43,24 @@ pub(crate) enum Workload {
     W4,
     W5,
     W6,
+    W7,
+    W8,
 }
 
 impl Workload {
     /// Every workload, in order.
-    pub(crate) const ALL: [Workload; 6] = [
+    pub(crate) const ALL: [Workload; 8] = [
         Workload::W1,
         Workload::W2,
         Workload::W3,
         Workload::W4,
         Workload::W5,
         Workload::W6,
+        Workload::W7,
+        Workload::W8,
     ];
 
-    /// `"W1"`..`"W6"`.
+    /// `"W1"`..`"W8"`.
     pub(crate) fn name(self) -> &'static str {
         match self {
             Workload::W1 => "W1",
@@ -62,6 +69,8 @@ impl Workload {
             Workload::W4 => "W4",
             Workload::W5 => "W5",
             Workload::W6 => "W6",
+            Workload::W7 => "W7",
+            Workload::W8 => "W8",
         }
     }
 
@@ -78,11 +87,15 @@ impl Workload {
 pub(crate) struct Params {
     pub(crate) workload: Workload,
     /// The workload's size: W1 timers, W2 loop rounds M (P = M / 10 stay pending), W3 tasks,
-    /// W4 tasks, W5 periodic tasks K; unused by W6.
+    /// W4 tasks, W5 periodic tasks K, W7 loop rounds M of all producers together (P = M / 20
+    /// stay pending), W8 tasks; unused by W6.
     pub(crate) n: u64,
+    /// W7's producer threads T (the others ignore it).
+    pub(crate) threads: u64,
     /// Timer resolution for implementations that have one (`None`: their default).
     pub(crate) tick: Option<Duration>,
-    /// How long W5 runs and W6 sleeps.
+    /// How long W5 runs and W6 sleeps; W8's lead time from the first schedule call to the
+    /// common deadline.
     pub(crate) secs: f64,
 }
 
@@ -97,6 +110,8 @@ pub(crate) fn run<T: Timer>(params: &Params) -> Figures {
         Workload::W4 => execute(&timer, n),
         Workload::W5 => periodic(&timer, n, Duration::from_secs_f64(params.secs)),
         Workload::W6 => idle(&timer, Duration::from_secs_f64(params.secs)),
+        Workload::W7 => contention(&timer, n, params.threads.max(1)),
+        Workload::W8 => storm(&timer, n, Duration::from_secs_f64(params.secs)),
     }
 }
 
@@ -146,7 +161,7 @@ fn insert_cancel<T: Timer>(timer: &T, n: u64) -> Figures {
 
 /// W2: keep `m / 10` timeouts of 30 s pending; `m` times schedule a new one and cancel the oldest.
 fn churn<T: Timer>(timer: &T, m: u64) -> Figures {
-    const TIMEOUT: Duration = Duration::from_secs(30);
+    const TIMEOUT: Duration = CHURN_TIMEOUT;
     let pending = (m / 10).max(1);
     let mut queue: VecDeque<T::Handle> = VecDeque::with_capacity(pending as usize + 1);
     for _ in 0..pending {
@@ -173,6 +188,67 @@ fn churn<T: Timer>(timer: &T, m: u64) -> Figures {
         ("ops_per_s", m as f64 / elapsed.as_secs_f64()),
         ("rss_growth_bytes", after as f64 - before as f64),
     ]
+}
+
+/// W7: W2 split over `threads` producers at once, each on its own ring: together they keep
+/// `m / 20` timeouts of 30 s pending and do `m` schedule+cancel pairs.
+fn contention<T: Timer>(timer: &T, m: u64, threads: u64) -> Figures {
+    let pending = (m / 20).max(threads) / threads;
+    let rounds = m / threads;
+    // Everybody (producers and this thread) meets twice: once the rings are full, so that the
+    // RSS before is read with every ring in place, and once more to start the loops together.
+    let barrier = Barrier::new(threads as usize + 1);
+    let (before, elapsed, rings) = thread::scope(|scope| {
+        let producers: Vec<_> = (0..threads)
+            .map(|_| scope.spawn(|| churn_ring(timer, pending, rounds, &barrier)))
+            .collect();
+        barrier.wait();
+        let before = probe::settled_rss_bytes();
+        barrier.wait();
+        let start = Instant::now();
+        let rings: Vec<_> = producers
+            .into_iter()
+            .map(|p| p.join().expect("a W7 producer panicked"))
+            .collect();
+        (before, start.elapsed(), rings)
+    });
+    // The rings are still held, as they were for the reading before.
+    let after = probe::settled_rss_bytes();
+    drop(rings);
+    if elapsed >= CHURN_TIMEOUT {
+        eprintln!("W7: the loops took {elapsed:?}, longer than the 30 s timeouts: some fired");
+    }
+    vec![
+        ("pending", (pending * threads) as f64),
+        (
+            "ops_per_s",
+            (rounds * threads) as f64 / elapsed.as_secs_f64(),
+        ),
+        ("rss_growth_bytes", after as f64 - before as f64),
+    ]
+}
+
+/// One W7 producer: fills its ring with `pending` timeouts, meets the others twice at
+/// `barrier`, then `rounds` times schedules a new timeout and cancels its oldest. Returns the
+/// ring, still pending.
+fn churn_ring<T: Timer>(
+    timer: &T,
+    pending: u64,
+    rounds: u64,
+    barrier: &Barrier,
+) -> VecDeque<T::Handle> {
+    let mut ring: VecDeque<T::Handle> = VecDeque::with_capacity(pending as usize + 1);
+    for _ in 0..pending {
+        ring.push_back(timer.schedule(bump, CHURN_TIMEOUT));
+    }
+    barrier.wait();
+    barrier.wait();
+    for _ in 0..rounds {
+        ring.push_back(timer.schedule(bump, CHURN_TIMEOUT));
+        let oldest = ring.pop_front().expect("the ring holds `pending` handles");
+        timer.cancel(oldest);
+    }
+    ring
 }
 
 /// Lateness (run instant minus deadline, ns) of each W3 task; `i64::MIN` until it ran.
@@ -227,6 +303,55 @@ fn record_lateness(index: usize, deadline: Instant) {
         slot.store(ns, Ordering::Relaxed);
     }
     bump();
+}
+
+/// W8: `n` one-shots all due at one instant, `lead` after the first schedule call, scheduled
+/// from this thread; each records how late it ran.
+fn storm<T: Timer>(timer: &T, n: u64, lead: Duration) -> Figures {
+    let slots = (0..n).map(|_| AtomicI64::new(i64::MIN)).collect();
+    LATENESS.set(slots).expect("W8 runs once per process");
+    let mut handles = Vec::with_capacity(n as usize);
+    DONE.reset(n);
+
+    let start = Instant::now();
+    let deadline = start + lead;
+    for index in 0..n as usize {
+        // The delay is taken just before the call, so the implementation's own deadline
+        // (its clock at the call plus the delay) is never before `deadline`.
+        let delay = deadline.saturating_duration_since(Instant::now());
+        handles.push(timer.schedule(move || record_lateness(index, deadline), delay));
+    }
+    let sched = start.elapsed();
+    if sched >= lead {
+        eprintln!("W8: scheduling took {sched:?}, past the common deadline");
+    }
+    DONE.wait(WAIT_LIMIT + lead);
+
+    let late: Vec<i64> = LATENESS
+        .get()
+        .expect("set above")
+        .iter()
+        .map(|s| s.load(Ordering::Relaxed))
+        .filter(|&ns| ns != i64::MIN)
+        .collect();
+    let first = late.iter().copied().min().unwrap_or(0);
+    let last = late.iter().copied().max().unwrap_or(0);
+    let ms = |ns: i64| ns as f64 / 1e6;
+    drop(handles);
+    vec![
+        ("fired", late.len() as f64),
+        ("sched_ms", sched.as_secs_f64() * 1e3),
+        ("first_late_ms", ms(first)),
+        ("last_late_ms", ms(last)),
+        (
+            "drain_per_s",
+            late.len() as f64 / ((last - first).max(1) as f64 / 1e9),
+        ),
+        (
+            "early_count",
+            late.iter().filter(|&&ns| ns < 0).count() as f64,
+        ),
+    ]
 }
 
 /// W4: `n` immediate tasks from one submitter, then `n` more from two (n / 2 each).
