@@ -288,9 +288,13 @@ impl ScheduledThreadPool {
 
 impl Drop for ScheduledThreadPool {
     /// `shutdown_now`, then join every pool thread (except the current one, if a task drops
-    /// the pool from inside it).
+    /// the pool from inside it). The handed-back tasks are dropped one by one with any panic
+    /// in their captures' `Drop` caught (as `cancel` does), so the threads are still joined
+    /// and a pool dropped while its thread unwinds from another panic does not abort.
     fn drop(&mut self) {
-        drop(self.core.shutdown_now());
+        for pending in self.core.shutdown_now() {
+            crate::task::drop_user(pending);
+        }
         let me = std::thread::current().id();
         for t in self.threads.lock().drain(..) {
             if t.thread().id() != me {
