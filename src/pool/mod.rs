@@ -199,8 +199,9 @@ impl ScheduledThreadPool {
     /// Stops at once: nothing new starts; runs in progress finish; every task that had not
     /// started is cancelled (its future ends [`TaskError::Cancelled`](crate::TaskError::Cancelled))
     /// and handed back, so the caller decides whether to run or drop it. Returns after the timer
-    /// thread has handed back its tasks; it does not wait for running tasks (use
-    /// [`await_termination`](Self::await_termination)).
+    /// thread has handed back its tasks and every worker that had just taken a task has either
+    /// started it or let it be handed back: once this returns, no task starts. It does not wait
+    /// for running tasks (use [`await_termination`](Self::await_termination)).
     ///
     /// # Examples
     ///
