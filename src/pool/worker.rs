@@ -20,9 +20,10 @@
 //!    lowers the flag and exits without touching a queue;
 //! 2. otherwise pops or steals a task; the flag stays raised while it holds the task;
 //! 3. lowers the flag (`Release`) once the task's fate is decided: its `SCHEDULED -> RUNNING`
-//!    CAS won (the run has started; lowered before any user code runs), or the task will never
-//!    start (someone else won that CAS, or the run path stopped it). Nothing between 1 and 3
-//!    blocks or runs user code, except dropping a closure the worker itself just stopped.
+//!    CAS won and the closure is about to be called (lowered right before the call, via
+//!    `RunEnv::claim_settled`), or the task will never start (someone else won that CAS, or
+//!    the run path is stopping it). Nothing between 1 and 3 runs user code or waits on
+//!    anything but the task's own short body lock, so `shutdown_now` waits a bounded time.
 //!
 //! `shutdown_now` stores `Stop`, then `fence(SeqCst)`, then waits (`Acquire`) for every flag it
 //! sees raised to be lowered ([`WorkerSet::quiesce`]), and only then sweeps the queues. The two
