@@ -20,7 +20,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wheelpool::{ScheduleError, ScheduledFuture, ScheduledThreadPool, TaskError};
+use wheelpool::{PoolStats, ScheduleError, ScheduledFuture, ScheduledThreadPool, TaskError};
 
 const WORKERS: usize = 4;
 const PRODUCERS: usize = 4;
@@ -300,6 +300,62 @@ fn rss_mib() -> u64 {
     pages * 4096 / (1024 * 1024)
 }
 
+/// Memory samples (resident MiB) taken while the producers work.
+#[derive(Debug, Default)]
+struct Rss {
+    start: u64,
+    first_minute_max: u64,
+    max: u64,
+    at_end: u64,
+}
+
+/// Samples RSS every 200 ms until `secs` have passed since `started`.
+fn sample_memory(started: Instant, secs: u64) -> Rss {
+    let end = started + Duration::from_secs(secs);
+    let early = Duration::from_secs(60).min(Duration::from_secs(secs) / 2);
+    let mut rss = Rss {
+        start: rss_mib(),
+        ..Rss::default()
+    };
+    while Instant::now() < end {
+        let left = end.saturating_duration_since(Instant::now());
+        std::thread::sleep(Duration::from_millis(200).min(left));
+        let now = rss_mib();
+        rss.max = rss.max.max(now);
+        if started.elapsed() < early {
+            rss.first_minute_max = rss.first_minute_max.max(now);
+        }
+    }
+    rss.at_end = rss_mib();
+    rss
+}
+
+/// A producer thread: random operations until the pool refuses with `Shutdown`, then more
+/// until `stop` (later schedules must be refused too), then it settles what it kept.
+fn spawn_producer(mut p: Producer, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while p.step() {}
+        while !stop.load(Ordering::SeqCst) {
+            p.step();
+        }
+        for (kind, f, _) in std::mem::take(&mut p.kept) {
+            p.check(kind, f.join_timeout_owned());
+        }
+    })
+}
+
+/// `shutdown_now`, then runs what it handed back on this thread; returns how many.
+fn stop_and_run_returned(pool: &ScheduledThreadPool) -> usize {
+    let returned = pool.shutdown_now();
+    let handed_back = returned.len();
+    RUNNING_RETURNED.with(|r| r.set(true));
+    for task in returned {
+        task.run();
+    }
+    RUNNING_RETURNED.with(|r| r.set(false));
+    handed_back
+}
+
 #[test]
 #[ignore = "soak: minutes long; run with --ignored (WHEELPOOL_SOAK_SECS sets the time)"]
 fn soak_mixes_every_operation_and_keeps_the_books() {
@@ -321,46 +377,17 @@ fn soak_mixes_every_operation_and_keeps_the_books() {
     let started = Instant::now();
     let producers: Vec<_> = (0..PRODUCERS)
         .map(|i| {
-            let mut p = Producer {
+            let p = Producer {
                 pool: pool.clone(),
                 c: c.clone(),
                 rng: StdRng::seed_from_u64(i as u64),
                 kept: Vec::new(),
             };
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                while p.step() {}
-                // Refused: the pool stopped. Keep going until the main thread says so, so
-                // later schedules are refused too; then settle what this thread kept.
-                while !stop.load(Ordering::SeqCst) {
-                    p.step();
-                }
-                for (kind, f, _) in std::mem::take(&mut p.kept) {
-                    p.check(kind, f.join_timeout_owned());
-                }
-            })
+            spawn_producer(p, stop.clone())
         })
         .collect();
-
-    // Sample memory while the producers work.
-    let end = started + Duration::from_secs(secs);
-    let (rss_start, mut rss_max, mut rss_first_minute_max) = (rss_mib(), 0, 0);
-    while Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(200).min(end - Instant::now()));
-        let rss = rss_mib();
-        rss_max = rss_max.max(rss);
-        if started.elapsed() < Duration::from_secs(60).min(Duration::from_secs(secs) / 2) {
-            rss_first_minute_max = rss_first_minute_max.max(rss);
-        }
-    }
-    let rss_at_end = rss_mib();
-    let returned = pool.shutdown_now();
-    let handed_back = returned.len();
-    RUNNING_RETURNED.with(|r| r.set(true));
-    for task in returned {
-        task.run();
-    }
-    RUNNING_RETURNED.with(|r| r.set(false));
+    let rss = sample_memory(started, secs);
+    let handed_back = stop_and_run_returned(&pool);
     stop.store(true, Ordering::SeqCst);
     for p in producers {
         p.join().unwrap();
@@ -368,40 +395,49 @@ fn soak_mixes_every_operation_and_keeps_the_books() {
     assert!(pool.await_termination(LONG), "the pool terminated");
     let stats = pool.stats();
     drop(pool);
+    eprintln!("soak {secs} s: {}; RSS MiB {rss:?}; {stats:?}", c.summary());
+    check_books(&c, handed_back, &stats, &rss);
+}
 
+impl Counters {
+    fn summary(&self) -> String {
+        let g = |a: &AtomicU64| a.load(Ordering::SeqCst);
+        format!(
+            "{} one-shots (ran {}, cancelled {}, handed back {}, refused {}); {} periodic tasks \
+             ({} runs, {} refused, {} handed back); {} saturated refusals; {} pool runs ok, {} \
+             panicked; captures made {}, dropped {}, most alive at once {}; late drops {}; bad \
+             outcomes {}",
+            g(&self.oneshots),
+            g(&self.oneshot_ran),
+            g(&self.oneshot_cancelled),
+            g(&self.oneshot_ran_by_caller),
+            g(&self.oneshot_rejected),
+            g(&self.periodics),
+            g(&self.periodic_runs),
+            g(&self.periodic_rejected),
+            g(&self.periodic_ran_by_caller),
+            g(&self.saturated),
+            g(&self.pool_runs_ok),
+            g(&self.pool_runs_panicked),
+            g(&self.captures_made),
+            g(&self.captures_dropped),
+            self.live_max.load(Ordering::SeqCst),
+            g(&self.late_drops),
+            g(&self.bad_outcomes),
+        )
+    }
+}
+
+fn check_books(c: &Counters, handed_back: usize, stats: &PoolStats, rss: &Rss) {
     let g = |a: &AtomicU64| a.load(Ordering::SeqCst);
-    let oneshots = g(&c.oneshots);
     let (ran, by_caller) = (g(&c.oneshot_ran), g(&c.oneshot_ran_by_caller));
     let (cancelled, rejected) = (g(&c.oneshot_cancelled), g(&c.oneshot_rejected));
-    let periodic_back = g(&c.periodic_ran_by_caller);
-    eprintln!(
-        "soak {secs} s: {oneshots} one-shots (ran {ran}, cancelled {cancelled}, handed back \
-         {by_caller}, refused {rejected}); {} periodic tasks ({} runs, {} refused, {periodic_back} \
-         handed back); {} saturated refusals; {} pool runs ok, {} panicked; captures made {}, \
-         dropped {}, most alive at once {}; late drops {}; bad outcomes {}; RSS MiB: start \
-         {rss_start}, first minute max {rss_first_minute_max}, max {rss_max}, at end \
-         {rss_at_end}; {stats:?}",
-        g(&c.periodics),
-        g(&c.periodic_runs),
-        g(&c.periodic_rejected),
-        g(&c.saturated),
-        g(&c.pool_runs_ok),
-        g(&c.pool_runs_panicked),
-        g(&c.captures_made),
-        g(&c.captures_dropped),
-        c.live_max.load(Ordering::SeqCst),
-        g(&c.late_drops),
-        g(&c.bad_outcomes),
-    );
     // Every one-shot ended exactly one way.
-    assert_eq!(oneshots, ran + by_caller + cancelled + rejected);
-    assert_eq!(
-        by_caller + periodic_back,
-        handed_back as u64,
-        "handed back = ours"
-    );
+    assert_eq!(g(&c.oneshots), ran + by_caller + cancelled + rejected);
+    let back = by_caller + g(&c.periodic_ran_by_caller);
+    assert_eq!(back, handed_back as u64, "handed back = ours");
     // Every capture dropped exactly once (`Capture::drop` asserts "once"), a cancelled
-    // task's before its cancel returned.
+    // task's before its cancel returned (a running periodic one's before its join returned).
     assert_eq!(g(&c.captures_made), g(&c.captures_dropped));
     assert_eq!(c.live.load(Ordering::SeqCst), 0);
     assert_eq!(
@@ -422,13 +458,17 @@ fn soak_mixes_every_operation_and_keeps_the_books() {
     // what is running, plus what producers hold between schedule and submit), and the
     // process does not grow after its first minute beyond allocator noise.
     let live_bound = MAX_PENDING + WORKERS + PRODUCERS * 2 + 64;
+    let live_max = c.live_max.load(Ordering::SeqCst);
     assert!(
-        c.live_max.load(Ordering::SeqCst) <= live_bound,
-        "live captures peaked at {} > {live_bound}",
-        c.live_max.load(Ordering::SeqCst)
+        live_max <= live_bound,
+        "live captures peaked at {live_max} > {live_bound}"
     );
     assert!(
-        rss_max <= rss_first_minute_max * 2 + 64,
-        "RSS grew from {rss_first_minute_max} MiB in the first minute to {rss_max} MiB"
+        rss.max <= rss.first_minute_max * 2 + 64,
+        "RSS grew from {} MiB in the first minute to {} MiB (start {}, end {})",
+        rss.first_minute_max,
+        rss.max,
+        rss.start,
+        rss.at_end
     );
 }
