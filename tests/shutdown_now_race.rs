@@ -139,7 +139,12 @@ fn round(lead: Duration) -> Vec<String> {
     RUNNING_RETURNED.with(|r| r.set(false));
     assert!(pool.await_termination(LONG), "the pool terminated");
     drop(pool);
+    check_round(&round, handed_back)
+}
 
+/// Every task of `round` ended exactly one way, and none was left neither started nor handed
+/// back when `shutdown_now` returned. Returns the problems found.
+fn check_round(round: &Round, handed_back: usize) -> Vec<String> {
     let mut problems = Vec::new();
     let (mut by_caller, mut late) = (0, 0);
     for (id, fate) in round.fates.lock().unwrap().iter().enumerate() {
