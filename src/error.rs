@@ -2,6 +2,7 @@
 //! could not be built.
 
 use std::fmt;
+use std::time::Duration;
 
 /// Why a task could not be scheduled. Nothing was queued when this is returned.
 ///
@@ -113,8 +114,17 @@ pub struct BuildError {
 
 #[derive(Debug)]
 enum BuildErrorKind {
-    ZeroThreads,
-    ZeroTick,
+    /// `got` outside `1..=max` (`Builder::MAX_THREADS`).
+    ThreadsOutOfRange {
+        got: usize,
+        max: usize,
+    },
+    /// `got` outside `min..=max` (`Builder::MIN_TICK`, `Builder::MAX_TICK`).
+    TickOutOfRange {
+        got: Duration,
+        min: Duration,
+        max: Duration,
+    },
     ZeroMaxPending,
     ThreadNameHasNul,
     Spawn(std::io::Error),
@@ -122,14 +132,14 @@ enum BuildErrorKind {
 }
 
 impl BuildError {
-    pub(crate) fn zero_threads() -> Self {
+    pub(crate) fn threads_out_of_range(got: usize, max: usize) -> Self {
         BuildError {
-            kind: BuildErrorKind::ZeroThreads,
+            kind: BuildErrorKind::ThreadsOutOfRange { got, max },
         }
     }
-    pub(crate) fn zero_tick() -> Self {
+    pub(crate) fn tick_out_of_range(got: Duration, min: Duration, max: Duration) -> Self {
         BuildError {
-            kind: BuildErrorKind::ZeroTick,
+            kind: BuildErrorKind::TickOutOfRange { got, min, max },
         }
     }
     pub(crate) fn zero_max_pending() -> Self {
@@ -153,8 +163,10 @@ impl BuildError {
         }
     }
 
-    /// True when a builder setting was out of range (zero threads, zero tick, zero max_pending,
-    /// a thread name with a NUL byte).
+    /// True when a builder setting was out of range (threads outside
+    /// `1..=`[`Builder::MAX_THREADS`](crate::Builder::MAX_THREADS), a tick outside
+    /// [`Builder::MIN_TICK`](crate::Builder::MIN_TICK)`..=`[`Builder::MAX_TICK`](crate::Builder::MAX_TICK),
+    /// zero max_pending, a thread name with a NUL byte).
     /// Retrying with the same settings fails the same way: fix the setting the message names.
     ///
     /// # Examples
@@ -165,7 +177,9 @@ impl BuildError {
     ///
     /// for err in [
     ///     ScheduledThreadPool::builder().threads(0).build().unwrap_err(),
+    ///     ScheduledThreadPool::builder().threads(usize::MAX).build().unwrap_err(),
     ///     ScheduledThreadPool::builder().tick(Duration::ZERO).build().unwrap_err(),
+    ///     ScheduledThreadPool::builder().tick(Duration::MAX).build().unwrap_err(),
     ///     ScheduledThreadPool::builder().threads(1).max_pending(0).build().unwrap_err(),
     /// ] {
     ///     assert!(err.is_invalid_config());
@@ -175,8 +189,8 @@ impl BuildError {
     pub fn is_invalid_config(&self) -> bool {
         matches!(
             self.kind,
-            BuildErrorKind::ZeroThreads
-                | BuildErrorKind::ZeroTick
+            BuildErrorKind::ThreadsOutOfRange { .. }
+                | BuildErrorKind::TickOutOfRange { .. }
                 | BuildErrorKind::ZeroMaxPending
                 | BuildErrorKind::ThreadNameHasNul
         )
@@ -264,8 +278,16 @@ impl BuildError {
 impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
-            BuildErrorKind::ZeroThreads => f.write_str("threads must be at least 1"),
-            BuildErrorKind::ZeroTick => f.write_str("tick must be greater than zero (e.g. 1 ms)"),
+            BuildErrorKind::ThreadsOutOfRange { got, max } => write!(
+                f,
+                "threads must be at least 1 and at most {max} (got {got}); one worker per CPU \
+                 (the default) is usually right"
+            ),
+            BuildErrorKind::TickOutOfRange { got, min, max } => write!(
+                f,
+                "tick must be at least {min:?} and at most {max:?} (got {got:?}); 1 ms (the \
+                 default) suits most uses"
+            ),
             BuildErrorKind::ZeroMaxPending => {
                 f.write_str("max_pending must be at least 1 (leave it unset for no bound)")
             }

@@ -110,3 +110,37 @@ fn periodic_rearm_racing_shutdown_now() {
         assert_eq!(drops.get(), 1, "closure dropped exactly once");
     });
 }
+
+/// Nothing starts after `shutdown_now` returns (`src/pool/worker.rs`: the `taking` flags that
+/// `WorkerSet::quiesce` waits for). A task due now sits in the injector while a worker looks for
+/// work. Once `shutdown_now` has returned, the task has either started (its `SCHEDULED ->
+/// RUNNING` CAS came first, so a cancel now finds it running and returns false) or been handed
+/// back (a cancel finds it ended): a cancel that still finds it waiting, and returns true, means
+/// a worker could start it after the return.
+#[test]
+fn nothing_starts_after_shutdown_now_returns() {
+    model("nothing_starts_after_shutdown_now_returns", || {
+        let ran = Count::new();
+        let pool = Arc::new(ModelPool::new(1));
+        pool.core.driver_exited(); // no timer thread: nothing to hand back
+        let task = {
+            let ran = ran.clone();
+            pool.schedule(move || ran.add(), 0).unwrap()
+        };
+        let worker = {
+            let pool = pool.clone();
+            thread::spawn(move || pool.run_worker(0))
+        };
+        let returned = pool.core.shutdown_now();
+        assert!(
+            !task.cancel(),
+            "after shutdown_now returned, the task was still waiting to be started"
+        );
+        worker.join().unwrap();
+        assert_eq!(
+            ran.get() + returned.len(),
+            1,
+            "run or handed back, exactly once"
+        );
+    });
+}

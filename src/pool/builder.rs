@@ -56,6 +56,58 @@ pub struct Builder {
 }
 
 impl Builder {
+    /// The most worker threads a pool may have. Far above the CPU count of any machine today
+    /// (large servers have a few hundred hardware threads), so it refuses only mistakes such as
+    /// `threads(usize::MAX)`, whose per-worker queues could not even be allocated. It also
+    /// bounds the work of an idle worker's search, which visits every sibling's deque.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::{Builder, ScheduledThreadPool};
+    ///
+    /// assert_eq!(Builder::MAX_THREADS, 4096);
+    /// let too_many = ScheduledThreadPool::builder().threads(Builder::MAX_THREADS + 1).build();
+    /// assert!(too_many.unwrap_err().is_invalid_config());
+    /// ```
+    pub const MAX_THREADS: usize = 4096;
+
+    /// The finest tick: 1 ns, i.e. any tick greater than zero. The wheel's eleven levels of
+    /// 64 slots span every `u64` tick count, so even a nanosecond tick is correct; it only
+    /// costs more cascading, with no gain below the tens of microseconds an operating system
+    /// can actually sleep (Linux adds 50 us of timer slack by default). Zero is refused: a
+    /// deadline cannot round up to a tick of no length.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::{Builder, ScheduledThreadPool};
+    /// use std::time::Duration;
+    ///
+    /// assert_eq!(Builder::MIN_TICK, Duration::from_nanos(1));
+    /// assert!(ScheduledThreadPool::builder().threads(1).tick(Builder::MIN_TICK).build().is_ok());
+    /// let err = ScheduledThreadPool::builder().tick(Duration::ZERO).build().unwrap_err();
+    /// assert!(err.is_invalid_config());
+    /// ```
+    pub const MIN_TICK: Duration = Duration::from_nanos(1);
+
+    /// The coarsest tick: 1 s. Every delay rounds up to a whole tick, so a coarser tick would
+    /// make a 1 ms task wait a second or more: the pool is for sub-second timers. (Before this
+    /// bound, `tick(Duration::MAX)` was accepted and a 1 ms task then never ran.)
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::{Builder, ScheduledThreadPool};
+    /// use std::time::Duration;
+    ///
+    /// assert_eq!(Builder::MAX_TICK, Duration::from_secs(1));
+    /// assert!(ScheduledThreadPool::builder().threads(1).tick(Builder::MAX_TICK).build().is_ok());
+    /// let err = ScheduledThreadPool::builder().tick(Duration::from_secs(2)).build().unwrap_err();
+    /// assert!(err.is_invalid_config());
+    /// ```
+    pub const MAX_TICK: Duration = Duration::from_secs(1);
+
     /// The defaults: one worker per CPU, names `wheelpool-worker-N`, 1 ms tick, no bound on
     /// pending tasks, no panic handler, the system clock, `MissedTicks::Burst`. Same as
     /// [`ScheduledThreadPool::builder`].
@@ -85,7 +137,9 @@ impl Builder {
         }
     }
 
-    /// Number of worker threads (at least 1; `build` refuses 0). The timer thread is extra.
+    /// Number of worker threads, from 1 to [`MAX_THREADS`](Self::MAX_THREADS); `build`
+    /// refuses anything else with a [`BuildError`]. The timer thread is extra. Unset, the pool
+    /// has one worker per CPU (at most `MAX_THREADS`).
     ///
     /// # Examples
     ///
@@ -111,6 +165,8 @@ impl Builder {
     ///
     /// let err = ScheduledThreadPool::builder().threads(0).build().unwrap_err();
     /// assert!(err.is_invalid_config());
+    /// let err = ScheduledThreadPool::builder().threads(1 << 40).build().unwrap_err();
+    /// assert!(err.to_string().contains("at most 4096"), "{err}");
     /// ```
     pub fn threads(mut self, n: usize) -> Self {
         self.threads = Some(n);
@@ -137,8 +193,10 @@ impl Builder {
         self
     }
 
-    /// The wheel's tick (greater than zero; `build` refuses zero). Deadlines round up to it:
-    /// a finer tick lowers lateness and costs more timer-thread wake-ups under load.
+    /// The wheel's tick, from [`MIN_TICK`](Self::MIN_TICK) (1 ns) to
+    /// [`MAX_TICK`](Self::MAX_TICK) (1 s); `build` refuses anything else with a [`BuildError`].
+    /// Deadlines round up to it: a finer tick lowers lateness and costs more timer-thread
+    /// wake-ups under load.
     ///
     /// # Examples
     ///
@@ -165,6 +223,8 @@ impl Builder {
     ///
     /// let err = ScheduledThreadPool::builder().tick(Duration::ZERO).build().unwrap_err();
     /// assert!(err.is_invalid_config());
+    /// let err = ScheduledThreadPool::builder().tick(Duration::MAX).build().unwrap_err();
+    /// assert!(err.to_string().contains("at most 1s"), "{err}");
     /// ```
     pub fn tick(mut self, tick: Duration) -> Self {
         self.tick = tick;
@@ -385,9 +445,11 @@ impl Builder {
     ///
     /// # Errors
     ///
-    /// A [`BuildError`] for zero threads, a zero tick or a zero `max_pending`, when a thread
-    /// cannot be started, or when an [`on_thread_start`](Self::on_thread_start) hook panics
-    /// (the threads already started are stopped and joined first).
+    /// A [`BuildError`] for a thread count outside `1..=`[`MAX_THREADS`](Self::MAX_THREADS), a
+    /// tick outside [`MIN_TICK`](Self::MIN_TICK)`..=`[`MAX_TICK`](Self::MAX_TICK), a zero
+    /// `max_pending`, when a thread cannot be started, or when an
+    /// [`on_thread_start`](Self::on_thread_start) hook panics (the threads already started are
+    /// stopped and joined first).
     ///
     /// # Examples
     ///
@@ -400,16 +462,23 @@ impl Builder {
     ///
     /// let err = ScheduledThreadPool::builder().threads(0).build().unwrap_err();
     /// assert!(err.is_invalid_config());
-    /// assert_eq!(err.to_string(), "threads must be at least 1");
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "threads must be at least 1 and at most 4096 (got 0); \
+    ///      one worker per CPU (the default) is usually right"
+    /// );
     /// # Ok::<(), BuildError>(())
     /// ```
     pub fn build(self) -> Result<ScheduledThreadPool, BuildError> {
-        let threads = self.threads.unwrap_or_else(num_cpus::get);
-        if threads == 0 {
-            return Err(BuildError::zero_threads());
+        let threads = self
+            .threads
+            .unwrap_or_else(|| num_cpus::get().clamp(1, Self::MAX_THREADS));
+        if !(1..=Self::MAX_THREADS).contains(&threads) {
+            return Err(BuildError::threads_out_of_range(threads, Self::MAX_THREADS));
         }
-        if self.tick.is_zero() {
-            return Err(BuildError::zero_tick());
+        if !(Self::MIN_TICK..=Self::MAX_TICK).contains(&self.tick) {
+            let (min, max) = (Self::MIN_TICK, Self::MAX_TICK);
+            return Err(BuildError::tick_out_of_range(self.tick, min, max));
         }
         if self.max_pending == Some(0) {
             return Err(BuildError::zero_max_pending());

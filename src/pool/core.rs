@@ -17,6 +17,9 @@
 //!   The task's CAS out of `SCHEDULED` decides who owns it: the sweep (returned by
 //!   `shutdown_now`), the pusher (the schedule fails with `Shutdown`), or a worker that had
 //!   already taken it (it runs). Exactly one of them.
+//! - Nothing starts after `shutdown_now` returns: before its sweep it waits for every worker
+//!   that holds a task it took to decide that task's fate (the `taking` flags and their fence
+//!   pair, in `worker.rs`'s ground rules), so a worker's winning CAS comes before the return.
 //! - Whoever moves a task to a terminal state calls `task_ended` once; the last one after a
 //!   shutdown wakes the driver so it can see `outstanding == 0` and let the pool terminate.
 
@@ -204,19 +207,30 @@ impl Core {
 
     // ---- running ----------------------------------------------------------------------------
 
-    /// Runs one task on the calling worker and does the bookkeeping for what became of it.
+    /// Runs one task on the calling thread and does the bookkeeping for what became of it (the
+    /// loom models' one-step worker; real workers use `run_task_in` with their own env).
+    #[cfg_attr(not(wheelpool_loom), allow(dead_code))]
     pub(crate) fn run_task(&self, task: &TaskRef) {
+        self.run_task_in(task, self);
+    }
+
+    /// `run_task` with `env` as the run's environment (a worker's, which also hears when the
+    /// task's fate is settled: `RunEnv::claim_settled`).
+    pub(crate) fn run_task_in(&self, task: &TaskRef, env: &dyn RunEnv) {
         if task.header().is_periodic() && self.lifecycle() == Lifecycle::Shutdown {
             // Graceful shutdown while queued: a periodic task that had not started does not
             // start. Not under `Stop`: there a task this worker took before `shutdown_now`'s
-            // sweep must run (it was not there to be handed back), and `run` then ends it.
+            // sweep runs (it was not there to be handed back; `shutdown_now` waits for its
+            // start), and `run` then ends it. The task cannot start on this path (the stop
+            // wins, or it is already ended), so `shutdown_now` need not wait for the drop.
+            env.claim_settled();
             if self.stop_for_shutdown(task) || !task.header().state.is_scheduled() {
                 self.settle_left_pool();
                 return;
             }
         }
         self.running.fetch_add(1, Ordering::Relaxed);
-        match task.run(self) {
+        match task.run(env) {
             RunOutcome::NotStarted => {
                 self.running.fetch_sub(1, Ordering::Relaxed);
             }
@@ -330,9 +344,9 @@ impl Core {
             }
             std::mem::take(&mut handoff.tasks)
         };
-        // Then the run queues, once no worker is half way through moving a batch from the
-        // injector into its deque (see `WorkerSet::quiesce_batches`).
-        self.workers.quiesce_batches();
+        // Then the run queues, once no worker holds a task whose fate is undecided (nor a
+        // batch half way from the injector into its deque): see `WorkerSet::quiesce`.
+        self.workers.quiesce(self);
         let mut sweep = |task: TaskRef| taken.extend(self.take_back(&task));
         while let Some(task) = crate::sync::steal_retrying(|| self.workers.injector.steal()) {
             sweep(task);

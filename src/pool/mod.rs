@@ -176,8 +176,9 @@ impl ScheduledThreadPool {
     /// Stops at once: nothing new starts; runs in progress finish; every task that had not
     /// started is cancelled (its future ends [`TaskError::Cancelled`](crate::TaskError::Cancelled))
     /// and handed back, so the caller decides whether to run or drop it. Returns after the timer
-    /// thread has handed back its tasks; it does not wait for running tasks (use
-    /// [`await_termination`](Self::await_termination)).
+    /// thread has handed back its tasks and every worker that had just taken a task has either
+    /// started it or let it be handed back: once this returns, no task starts. It does not wait
+    /// for running tasks (use [`await_termination`](Self::await_termination)).
     ///
     /// # Examples
     ///
@@ -258,9 +259,13 @@ impl ScheduledThreadPool {
 
 impl Drop for ScheduledThreadPool {
     /// `shutdown_now`, then join every pool thread (except the current one, if a task drops
-    /// the pool from inside it).
+    /// the pool from inside it). The handed-back tasks are dropped one by one with any panic
+    /// in their captures' `Drop` caught (as `cancel` does), so the threads are still joined
+    /// and a pool dropped while its thread unwinds from another panic does not abort.
     fn drop(&mut self) {
-        drop(self.core().shutdown_now());
+        for pending in self.core().shutdown_now() {
+            crate::task::drop_user(pending);
+        }
         let me = std::thread::current().id();
         for t in self.threads.drain(..) {
             if t.thread().id() != me {

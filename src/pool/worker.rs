@@ -1,11 +1,49 @@
 //! The workers: each owns a LIFO deque, steals from the shared injector and from its siblings,
 //! runs tasks, and sleeps through `Sleep` when there is nothing to do.
+//!
+//! # Ground rules
+//!
+//! **Fairness.** A worker pops its own deque from the LIFO end (the task it just pushed is
+//! cache-warm), so a task that keeps `execute`-ing its own continuation would keep that end
+//! busy forever. Every [`FAIR_INTERVAL`] runs the worker therefore looks first at the work that
+//! has waited longest, alternating between two sources: the shared injector (due timers, tasks
+//! submitted from outside the pool) and the FIFO end of its own deque (older tasks that a
+//! chain keeps burying). Whichever source comes second on a fairness turn is still tried before
+//! the LIFO end. So whatever the deques hold, a task at the head of the injector waits for at
+//! most `2 * FAIR_INTERVAL` runs of each worker, and a task in a worker's deque reaches its
+//! FIFO end and is taken within `2 * FAIR_INTERVAL` runs per task ahead of it.
+//!
+//! **Taking a task vs. `shutdown_now`** ("nothing starts after `shutdown_now` returns"). Each
+//! worker has a `taking` flag. A worker that looks for a task:
+//!
+//! 1. raises its flag (`Relaxed`), then `fence(SeqCst)`, then reads the lifecycle; on `Stop` it
+//!    lowers the flag and exits without touching a queue;
+//! 2. otherwise pops or steals a task; the flag stays raised while it holds the task;
+//! 3. lowers the flag (`Release`) once the task's fate is decided: its `SCHEDULED -> RUNNING`
+//!    CAS won and the closure is about to be called (lowered right before the call, via
+//!    `RunEnv::claim_settled`), or the task will never start (someone else won that CAS, or
+//!    the run path is stopping it). Nothing between 1 and 3 runs user code or waits on
+//!    anything but the task's own short body lock, so `shutdown_now` waits a bounded time.
+//!
+//! `shutdown_now` stores `Stop`, then `fence(SeqCst)`, then waits (`Acquire`) for every flag it
+//! sees raised to be lowered ([`WorkerSet::quiesce`]), and only then sweeps the queues. The two
+//! fences make a Dekker pair: either the worker's lifecycle read sees `Stop` (it takes nothing),
+//! or `shutdown_now` sees the raised flag and waits for step 3. In the second case the worker's
+//! CAS happens before `shutdown_now` returns (the `Release`/`Acquire` pair on the flag), so the
+//! task either started before the return or never starts. A flag read as lowered before it was
+//! raised puts `shutdown_now`'s fence first, so that worker's step 1 sees `Stop`. Hence every
+//! task is exactly one of: started before `shutdown_now` returned, won by the sweep (returned),
+//! or won by its pusher's re-check (the schedule fails); none starts after the return. The same
+//! flag covers the moment a batch moves from the injector into a deque, when it is in neither.
+//! A `shutdown_now` called from a worker of the same pool (a task, or a `Drop` the worker runs)
+//! skips that worker's own flag: the worker is busy in that call, not taking anything.
 
 use super::core::{Core, Lifecycle};
 use super::sleep::Sleep;
-use crate::sync::{steal_retrying, Arc, AtomicBool, Injector, Ordering, Stealer, Worker};
-use crate::task::TaskRef;
-use std::cell::RefCell;
+use crate::sync::{fence, steal_retrying, Arc, AtomicBool, Injector, Ordering, Stealer, Worker};
+use crate::task::{RunEnv, TaskRef};
+use std::any::Any;
+use std::cell::{Cell, RefCell};
 
 /// Rounds of looking for work before a worker announces itself as a sleeper. Each round spins a
 /// little longer; the last few yield the CPU. Short: an idle pool must not burn CPU.
@@ -14,16 +52,28 @@ const SPIN_ROUNDS: u32 = 10;
 #[cfg(wheelpool_loom)]
 const SPIN_ROUNDS: u32 = 0;
 
+/// Every this many runs a worker serves the longest-waiting work before its LIFO end (ground
+/// rules). Go's scheduler and tokio check their global queue every 61 runs; we alternate two
+/// sources (injector, own FIFO end), so each gets the first pick every 64 runs, about the same
+/// spacing. A power of two makes the test a mask. A fairness turn with nothing waiting costs an
+/// emptiness check of the injector and one failed steal: noise at one run in 32, while a 20 us
+/// chain lets a due timer wait about 64 * 20 us = 1.3 ms, about one default tick.
+const FAIR_INTERVAL: u32 = 32;
+
+/// A flag on its own cache line: each worker writes its own on every task.
+#[derive(Debug)]
+#[repr(align(128))]
+struct Padded(AtomicBool);
+
 /// The queues all workers share.
 #[derive(Debug)]
 pub(crate) struct WorkerSet {
     pub(crate) injector: Injector<TaskRef>,
     pub(crate) stealers: Vec<Stealer<TaskRef>>,
     pub(crate) sleep: Sleep,
-    /// One flag per worker, set while it moves a batch from the injector into its deque: for
-    /// that moment the batch is in neither, so `shutdown_now` waits for the flags to clear
-    /// before it sweeps the queues.
-    batching: Box<[AtomicBool]>,
+    /// One flag per worker, raised while it takes a task until that task's fate is decided
+    /// (ground rules): `shutdown_now` waits for raised flags before it sweeps the queues.
+    taking: Box<[Padded]>,
 }
 
 impl WorkerSet {
@@ -34,35 +84,27 @@ impl WorkerSet {
             injector: Injector::new(),
             stealers: locals.iter().map(Worker::stealer).collect(),
             sleep: Sleep::new(workers),
-            batching: (0..workers).map(|_| AtomicBool::new(false)).collect(),
+            taking: (0..workers)
+                .map(|_| Padded(AtomicBool::new(false)))
+                .collect(),
         };
         (set, locals)
     }
 
-    /// Steals a batch from the injector into `dest` and pops one, unless the pool is stopping.
-    ///
-    /// Protocol with `quiesce_batches`: the flag store and the lifecycle load here, and the
-    /// lifecycle store and flag loads in `shutdown_now`, are all SeqCst. So either this worker
-    /// sees `Stop` and moves nothing, or `shutdown_now` sees the flag and waits until the batch
-    /// is in the deque, where its stealer finds it.
-    fn steal_batch(&self, core: &Core, index: usize, dest: &Worker<TaskRef>) -> Option<TaskRef> {
-        let flag = &self.batching[index];
-        flag.store(true, Ordering::SeqCst);
-        let stolen = if core.lifecycle() == Lifecycle::Stop {
-            None
-        } else {
-            steal_retrying(|| self.injector.steal_batch_and_pop(dest))
-        };
-        // SeqCst (at least Release): pairs with the load in `quiesce_batches`, publishing the
-        // pushes into `dest` before the flag reads clear.
-        flag.store(false, Ordering::SeqCst);
-        stolen
-    }
-
-    /// Waits until no worker is moving a batch (called after `Stop` is stored).
-    pub(crate) fn quiesce_batches(&self) {
-        for flag in self.batching.iter() {
-            while flag.load(Ordering::SeqCst) {
+    /// Waits until no worker holds a task whose fate is undecided (called after `Stop` is
+    /// stored, before the sweep). Skips the calling thread if it is one of `core`'s workers.
+    pub(crate) fn quiesce(&self, core: &Core) {
+        // SeqCst fence: pairs with the fence in `find_task` (ground rules). `Stop` was stored
+        // before it.
+        fence(Ordering::SeqCst);
+        let me = current_worker_of(core);
+        for (index, flag) in self.taking.iter().enumerate() {
+            if Some(index) == me {
+                continue;
+            }
+            // Acquire: pairs with the Release in `WorkerEnv::settle`, so the worker's CAS on
+            // the task it held happens before `shutdown_now` returns.
+            while flag.0.load(Ordering::Acquire) {
                 crate::sync::thread::yield_now();
             }
         }
@@ -79,6 +121,7 @@ struct Local {
     /// Address of the `Core` that owns this worker: a task scheduling from a worker of another
     /// pool must not push onto this one.
     owner: usize,
+    index: usize,
     deque: Worker<TaskRef>,
 }
 
@@ -107,36 +150,72 @@ pub(crate) fn push_local(core: &Core, task: TaskRef) -> Result<(), TaskRef> {
     })
 }
 
+/// The index of the calling thread if it is a worker of `core`.
+fn current_worker_of(core: &Core) -> Option<usize> {
+    let owner = core as *const Core as usize;
+    LOCAL.with(|l| {
+        let local = l.try_borrow().ok()?;
+        local.as_ref().filter(|l| l.owner == owner).map(|l| l.index)
+    })
+}
+
+/// What a look for work found.
+enum Found<'a> {
+    /// A task, with the worker's `taking` flag raised.
+    Task(Claim<'a>),
+    /// Nothing in any queue (flag lowered).
+    Nothing,
+    /// The pool is stopping: take nothing more, exit (flag lowered).
+    Stop,
+}
+
+/// A task this worker took, whose fate is not decided yet.
+struct Claim<'a> {
+    task: TaskRef,
+    flag: &'a AtomicBool,
+}
+
 /// A worker thread's body.
 pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
     crate::timer::mark_pool_thread();
     crate::timer::home::set(index); // workers spread over the timer shards
     let owner = Arc::as_ptr(&core) as usize;
-    LOCAL.with(|l| *l.borrow_mut() = Some(Local { owner, deque }));
+    LOCAL.with(|l| {
+        *l.borrow_mut() = Some(Local {
+            owner,
+            index,
+            deque,
+        })
+    });
+    let mut runs: u32 = 0;
     loop {
-        // shutdown_now: nothing new starts. A task this worker took off a queue before it saw
-        // the stop was not there for shutdown_now's sweep, so it runs: every task ends either
-        // run or returned, never both, never neither.
-        if core.lifecycle() == Lifecycle::Stop {
-            break;
-        }
-        if let Some(task) = find_task(&core, index) {
-            run_and_release(&core, task);
-            continue;
+        match find_task(&core, index, runs) {
+            Found::Task(claim) => {
+                runs = runs.wrapping_add(1);
+                run_claimed(&core, claim);
+                continue;
+            }
+            Found::Stop => break,
+            Found::Nothing => {}
         }
         if core.worker_should_exit() {
             break;
         }
         let sleep = &core.workers.sleep;
         sleep.start_searching();
-        let found = spin_for_work(&core, index);
+        let found = spin_for_work(&core, index, runs);
         let last_searcher = sleep.stop_searching();
-        if let Some(task) = found {
-            if last_searcher {
-                sleep.notify(1); // pushes may have skipped waking anyone while we searched
+        match found {
+            Found::Task(claim) => {
+                if last_searcher {
+                    sleep.notify(1); // pushes may have skipped waking anyone while we searched
+                }
+                runs = runs.wrapping_add(1);
+                run_claimed(&core, claim);
+                continue;
             }
-            run_and_release(&core, task);
-            continue;
+            Found::Stop => break,
+            Found::Nothing => {}
         }
         core.workers.sleep.sleep(index, || {
             core.workers.has_work() || core.worker_should_exit()
@@ -146,15 +225,23 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
     LOCAL.with(|l| l.borrow_mut().take());
 }
 
-/// Runs `task`, then lets go of the worker's reference. If that was the last one, the task's
-/// unread result or closure is dropped here, where a panicking `Drop` cannot unwind the worker.
-fn run_and_release(core: &Core, task: TaskRef) {
-    core.run_task(&task);
+/// Runs a task this worker took, then lets go of the worker's reference. If that was the last
+/// one, the task's unread result or closure is dropped here, where a panicking `Drop` cannot
+/// unwind the worker.
+fn run_claimed(core: &Core, claim: Claim<'_>) {
+    let Claim { task, flag } = claim;
+    let env = WorkerEnv {
+        core,
+        flag,
+        raised: Cell::new(true),
+    };
+    core.run_task_in(&task, &env);
+    env.claim_settled(); // the task did not start (cancelled, stopped): lower the flag now
     crate::task::drop_user(task);
 }
 
 /// Looks for work a few more times before sleeping.
-fn spin_for_work(core: &Core, index: usize) -> Option<TaskRef> {
+fn spin_for_work<'a>(core: &'a Core, index: usize, runs: u32) -> Found<'a> {
     for round in 0..SPIN_ROUNDS {
         if round + 3 < SPIN_ROUNDS {
             for _ in 0..(1u32 << round) {
@@ -163,31 +250,104 @@ fn spin_for_work(core: &Core, index: usize) -> Option<TaskRef> {
         } else {
             crate::sync::thread::yield_now();
         }
-        if let Some(task) = find_task(core, index) {
-            return Some(task);
+        match find_task(core, index, runs) {
+            Found::Nothing => {}
+            found => return found,
         }
     }
-    None
+    Found::Nothing
 }
 
-/// Own deque first (LIFO: cache-warm), then the injector, then siblings.
-fn find_task(core: &Core, index: usize) -> Option<TaskRef> {
-    let from_local = LOCAL.with(|l| l.borrow().as_ref().and_then(|local| local.deque.pop()));
-    if from_local.is_some() {
-        return from_local;
+/// Takes a task under the `taking` flag (ground rules), unless the pool is stopping.
+fn find_task(core: &Core, index: usize, runs: u32) -> Found<'_> {
+    let flag = &core.workers.taking[index].0;
+    flag.store(true, Ordering::Relaxed);
+    // SeqCst fence: pairs with the fence in `WorkerSet::quiesce` (ground rules): either
+    // `shutdown_now` sees the raised flag, or the lifecycle read below sees `Stop`.
+    fence(Ordering::SeqCst);
+    if core.lifecycle() == Lifecycle::Stop {
+        flag.store(false, Ordering::Relaxed); // nothing taken: no CAS to publish
+        return Found::Stop;
     }
-    let set = &core.workers;
-    let stolen = LOCAL.with(|l| {
+    let task = LOCAL.with(|l| {
         let local = l.borrow();
         let local = local.as_ref()?;
-        set.steal_batch(core, index, &local.deque)
+        take_from_queues(core, index, &local.deque, runs)
     });
-    if stolen.is_some() {
-        if !set.injector.is_empty() {
-            set.sleep.notify(1); // more behind it: let a sleeper help
+    match task {
+        Some(task) => Found::Task(Claim { task, flag }),
+        None => {
+            flag.store(false, Ordering::Relaxed); // nothing taken: no CAS to publish
+            Found::Nothing
         }
-        return stolen;
+    }
+}
+
+/// Own deque's LIFO end first (cache-warm), then the injector, then siblings; on a fairness
+/// turn the injector and the own deque's FIFO end come first (ground rules).
+fn take_from_queues(
+    core: &Core,
+    index: usize,
+    deque: &Worker<TaskRef>,
+    runs: u32,
+) -> Option<TaskRef> {
+    let set = &core.workers;
+    if runs % FAIR_INTERVAL == 0 {
+        let own_oldest = || steal_retrying(|| set.stealers[index].steal());
+        let fair = if (runs / FAIR_INTERVAL) % 2 == 0 {
+            from_injector(set, deque).or_else(own_oldest)
+        } else {
+            own_oldest().or_else(|| from_injector(set, deque))
+        };
+        if fair.is_some() {
+            return fair;
+        }
+    }
+    if let Some(task) = deque.pop() {
+        return Some(task);
+    }
+    if let Some(task) = from_injector(set, deque) {
+        return Some(task);
     }
     let n = set.stealers.len();
     (1..n).find_map(|k| steal_retrying(|| set.stealers[(index + k) % n].steal()))
+}
+
+/// A batch from the injector into `deque`, one of it popped; wakes a helper if more waits.
+fn from_injector(set: &WorkerSet, deque: &Worker<TaskRef>) -> Option<TaskRef> {
+    let stolen = steal_retrying(|| set.injector.steal_batch_and_pop(deque))?;
+    if !set.injector.is_empty() {
+        set.sleep.notify(1); // more behind it: let a sleeper help
+    }
+    Some(stolen)
+}
+
+/// The pool's `RunEnv`, plus lowering this worker's `taking` flag once the task's fate is
+/// decided.
+struct WorkerEnv<'a> {
+    core: &'a Core,
+    flag: &'a AtomicBool,
+    raised: Cell<bool>,
+}
+
+impl RunEnv for WorkerEnv<'_> {
+    fn now_nanos(&self) -> u64 {
+        self.core.now_nanos()
+    }
+    fn stopping(&self) -> bool {
+        self.core.stopping()
+    }
+    fn report_panic(&self, payload: Box<dyn Any + Send>) -> String {
+        self.core.report_panic(payload)
+    }
+    fn run_ending(&self, end: crate::task::state::End, ran_ok: bool) {
+        self.core.run_ending(end, ran_ok)
+    }
+    fn claim_settled(&self) {
+        if self.raised.replace(false) {
+            // Release: pairs with the Acquire in `WorkerSet::quiesce`, publishing the task's
+            // CAS (started, or stopped) to `shutdown_now` before it returns.
+            self.flag.store(false, Ordering::Release);
+        }
+    }
 }

@@ -162,6 +162,7 @@ impl<J: Job> RawTask for TaskCell<J> {
             return RunOutcome::NotStarted;
         }
         let mut job = self.take_job();
+        env.claim_settled(); // the last thing before user code: the run starts now
         let result = catch_unwind(AssertUnwindSafe(|| job.call())).map_err(|p| env.report_panic(p));
         let go_on = match &result {
             Ok(_) => true,

@@ -40,6 +40,11 @@ pub(crate) trait RunEnv {
     /// `ran_ok` says that run returned normally. Called before the future completes, so the
     /// pool's counters already agree when `join` returns.
     fn run_ending(&self, end: state::End, ran_ok: bool);
+    /// The task's fate is settled: its `SCHEDULED -> RUNNING` CAS won (called just before the
+    /// closure is called, after the run's own bookkeeping), or it will not start. A worker
+    /// lowers its `taking` flag here, which `shutdown_now` waits for. May be called more than
+    /// once.
+    fn claim_settled(&self) {}
 }
 
 /// What became of a task after a worker ran it.
