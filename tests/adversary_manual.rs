@@ -1,0 +1,474 @@
+//! Adversarial ManualClock tests: two threads advancing in uneven steps through two hundred
+//! thousand one-shots, periodic tasks and follow-ups, while a third thread cancels and resets;
+//! tasks resetting and cancelling themselves and each other; dynamic delays of zero and
+//! `Duration::MAX`; bursts after an overrun. Every check is exact virtual time.
+//!
+//! Seeds: `ADVERSARY_SEED=<u64>` replays one run; the seed is printed at the start.
+
+#![cfg(not(wheelpool_loom))]
+
+mod manual_common;
+use manual_common::*;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::sync::atomic::AtomicU64;
+
+fn seed() -> u64 {
+    std::env::var("ADVERSARY_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        })
+}
+
+/// "Not run yet" in a task's record of the clock offset it saw.
+const NOT_RUN: u64 = u64::MAX;
+
+/// One one-shot of the big test.
+struct Shot {
+    /// Planned deadline, nanoseconds after t0 (for a reset task: the last successful reset's).
+    due: AtomicU64,
+    /// What `clock.now() - t0` read when it ran.
+    saw: AtomicU64,
+    runs: AtomicUsize,
+    cancelled: AtomicBool,
+    /// A reset on it returned true: `due` is only a lower bound (the reset computed its
+    /// deadline from a clock that another thread may have moved meanwhile).
+    reset: AtomicBool,
+}
+
+fn nanos(d: Duration) -> u64 {
+    d.as_nanos() as u64
+}
+
+/// 200 000 one-shots at random whole-millisecond deadlines over 3 s, 40 fixed-rate tasks with
+/// odd periods, and every 97th one-shot scheduling two follow-ups (due now, and 1 ms later).
+/// Two threads advance in uneven steps (zero included) at the same time, while a third cancels
+/// a random tenth of the one-shots and resets another tenth. Checks:
+/// - every one-shot that was not reset saw `now()` exactly equal to its deadline, every reset
+///   one saw at least its new deadline; each ran at most once, and exactly once unless a cancel
+///   returned true;
+/// - after each `advance(by)` returns, every one-shot due by (clock before the call + `by`) that
+///   nobody touched has run;
+/// - follow-ups saw exactly their parent's time and one millisecond after it;
+/// - each periodic task ran exactly at `k * period` for k = 1, 2, ... up to the final time.
+#[test]
+fn two_advancers_through_200k_tasks_periodics_follow_ups_cancels_and_resets() {
+    let seed = seed();
+    eprintln!("two_advancers seed {seed}");
+    bounded(move || big(seed, 200_000));
+}
+
+fn big(seed: u64, n: usize) {
+    let clock = ManualClock::new();
+    let t0 = clock.now();
+    let pool = Arc::new(manual_pool(&clock, 4));
+    let mut rng = StdRng::seed_from_u64(seed);
+    let end = 3_000u64; // ms
+    let shots: Arc<Vec<Shot>> = Arc::new(
+        (0..n)
+            .map(|_| Shot {
+                due: AtomicU64::new(0),
+                saw: AtomicU64::new(NOT_RUN),
+                runs: AtomicUsize::new(0),
+                cancelled: AtomicBool::new(false),
+                reset: AtomicBool::new(false),
+            })
+            .collect(),
+    );
+    // (expected offset, observed offset) of each follow-up.
+    let follow_ups: Arc<Mutex<Vec<(u64, Arc<AtomicU64>)>>> = Arc::default();
+    let mut futures = Vec::with_capacity(n);
+    for i in 0..n {
+        let due = ms(rng.gen_range(1..=end));
+        shots[i].due.store(nanos(due), SeqCst);
+        let (s, c, fu, p) = (
+            shots.clone(),
+            clock.clone(),
+            follow_ups.clone(),
+            pool.handle(),
+        );
+        let f = pool
+            .schedule(
+                move || {
+                    let saw = nanos(c.now() - t0);
+                    s[i].saw.store(saw, SeqCst);
+                    s[i].runs.fetch_add(1, SeqCst);
+                    if i % 97 == 0 {
+                        for (delay, extra) in [(Duration::ZERO, 0), (ms(1), nanos(ms(1)))] {
+                            let seen = Arc::new(AtomicU64::new(NOT_RUN));
+                            let (seen2, c2) = (seen.clone(), c.clone());
+                            fu.lock().unwrap().push((saw + extra, seen));
+                            let _detached = p
+                                .schedule(move || seen2.store(nanos(c2.now() - t0), SeqCst), delay)
+                                .unwrap();
+                        }
+                    }
+                },
+                due,
+            )
+            .unwrap();
+        futures.push(f);
+    }
+    let futures = Arc::new(futures);
+    // Periodic tasks: period 3, 7, 11, ... ms, first run one period in.
+    let mut periodics = Vec::new();
+    for k in 0..40u64 {
+        let period = ms(3 + 4 * k);
+        let runs: Arc<Mutex<Vec<u64>>> = Arc::default();
+        let (r, c) = (runs.clone(), clock.clone());
+        let f = pool
+            .schedule_at_fixed_rate(
+                move || r.lock().unwrap().push(nanos(c.now() - t0)),
+                period,
+                period,
+            )
+            .unwrap();
+        periodics.push((period, runs, f));
+    }
+    let done = Arc::new(AtomicBool::new(false));
+    thread::scope(|s| {
+        for a in 0..2u64 {
+            let (clock, shots, futures) = (clock.clone(), shots.clone(), futures.clone());
+            let mut rng = StdRng::seed_from_u64(seed ^ (a + 1));
+            s.spawn(move || {
+                while clock.now() - t0 < ms(end + 20) {
+                    let by = match rng.gen_range(0..10) {
+                        0 => Duration::ZERO,
+                        1 => Duration::from_micros(rng.gen_range(1..1_000)),
+                        _ => ms(rng.gen_range(1..40)),
+                    };
+                    let before = clock.now() - t0;
+                    clock.advance(by);
+                    let bound = nanos(before + by);
+                    // Spot-check: everything untouched and due by `bound` has run.
+                    for _ in 0..200 {
+                        let i = rng.gen_range(0..n);
+                        let shot = &shots[i];
+                        if i % 10 < 2 || shot.due.load(SeqCst) > bound {
+                            continue; // touched by the cancel/reset thread, or not due yet
+                        }
+                        assert!(
+                            futures[i].is_done(),
+                            "task {i} due at {:?} not run after advancing to {:?} (seed {seed})",
+                            Duration::from_nanos(shot.due.load(SeqCst)),
+                            Duration::from_nanos(bound)
+                        );
+                    }
+                }
+            });
+        }
+        let (clock, shots, futures, done) =
+            (clock.clone(), shots.clone(), futures.clone(), done.clone());
+        let mut rng = StdRng::seed_from_u64(seed ^ 0xc0ffee);
+        s.spawn(move || {
+            let mut order: Vec<usize> = (0..n).filter(|i| i % 10 < 2).collect();
+            for j in (1..order.len()).rev() {
+                order.swap(j, rng.gen_range(0..=j));
+            }
+            for i in order {
+                let shot = &shots[i];
+                if i % 10 == 0 {
+                    let ran_before = shot.runs.load(SeqCst) > 0;
+                    if futures[i].cancel() {
+                        assert!(!ran_before, "task {i}: cancel true after its run");
+                        shot.cancelled.store(true, SeqCst);
+                    }
+                } else {
+                    let delay = ms(rng.gen_range(0..50));
+                    let floor = nanos(clock.now() - t0 + delay);
+                    let old = shot.due.swap(floor, SeqCst);
+                    let ran_before = shot.runs.load(SeqCst) > 0;
+                    if futures[i].reset(delay) {
+                        assert!(!ran_before, "task {i}: reset true after its run");
+                        shot.reset.store(true, SeqCst);
+                    } else {
+                        shot.due.store(old, SeqCst);
+                    }
+                }
+            }
+            done.store(true, SeqCst);
+        });
+    });
+    assert!(done.load(SeqCst));
+    // Everything left due by now runs in one more settle (resets may have landed after the
+    // advancers stopped, up to 50 ms on).
+    clock.advance(ms(60));
+    let final_nanos = nanos(clock.now() - t0);
+    for (i, shot) in shots.iter().enumerate() {
+        let runs = shot.runs.load(SeqCst);
+        let (due, saw) = (shot.due.load(SeqCst), shot.saw.load(SeqCst));
+        if shot.cancelled.load(SeqCst) {
+            assert_eq!(runs, 0, "task {i} ran after a cancel returned true");
+            continue;
+        }
+        assert_eq!(
+            runs, 1,
+            "task {i} (due {due} ns) ran {runs} times (seed {seed})"
+        );
+        if shot.reset.load(SeqCst) {
+            assert!(
+                saw >= due,
+                "reset task {i} ran at {saw} ns, before {due} ns"
+            );
+        } else {
+            assert_eq!(saw, due, "task {i} saw the wrong time (seed {seed})");
+        }
+    }
+    let cancelled = shots.iter().filter(|s| s.cancelled.load(SeqCst)).count();
+    let reset = shots.iter().filter(|s| s.reset.load(SeqCst)).count();
+    eprintln!(
+        "two_advancers: {cancelled} cancelled, {reset} reset, {} follow-ups, final {:?}",
+        follow_ups.lock().unwrap().len(),
+        Duration::from_nanos(final_nanos)
+    );
+    // The cancel/reset thread raced the advancers: some of each must have landed.
+    assert!(cancelled > 0 && reset > 0);
+    for (k, (expected, seen)) in follow_ups.lock().unwrap().iter().enumerate() {
+        assert_eq!(seen.load(SeqCst), *expected, "follow-up {k} (seed {seed})");
+    }
+    for (period, runs, f) in &periodics {
+        let runs = runs.lock().unwrap().clone();
+        let want: Vec<u64> = (1..=final_nanos / nanos(*period))
+            .map(|k| k * nanos(*period))
+            .collect();
+        assert_eq!(runs, want, "periodic every {period:?} (seed {seed})");
+        assert!(f.cancel());
+    }
+    assert_eq!(pool.stats().pending, 0, "{:?}", pool.stats());
+}
+
+/// A periodic task whose closure resets itself: the reset returns false (it is running) and
+/// changes nothing. Another task resets it while it waits: it moves, and the fixed-rate grid
+/// re-bases at the new time. A one-shot that resets itself gets false; one that cancels itself
+/// gets false and ends Cancelled; a periodic task that cancels itself gets true and never runs
+/// again.
+#[test]
+fn tasks_resetting_and_cancelling_themselves_and_each_other() {
+    bounded(|| {
+        let clock = ManualClock::new();
+        let pool = manual_pool(&clock, 2);
+        let runs = Runs::new(&clock);
+        let me: Arc<OnceLock<CancelHandle>> = Arc::default();
+        let self_reset = Arc::new(Mutex::new(Vec::new()));
+        let (r, m, sr) = (runs.clone(), me.clone(), self_reset.clone());
+        let p = pool
+            .schedule_at_fixed_rate(
+                move || {
+                    r.record();
+                    let h = m.get().unwrap();
+                    sr.lock().unwrap().push(h.reset(ms(1)));
+                },
+                ms(10),
+                ms(10),
+            )
+            .unwrap();
+        me.set(p.cancel_handle()).unwrap();
+        clock.advance(ms(25)); // runs at 10, 20
+        assert_eq!(runs.times(), [ms(10), ms(20)]);
+        assert_eq!(*self_reset.lock().unwrap(), [false, false]);
+        // From another task at 27 ms: move the 30 ms run to 27 + 8 = 35 ms; grid 35, 45, ...
+        let h = p.cancel_handle();
+        clock.advance(ms(2));
+        let mover = pool
+            .schedule(move || h.reset(ms(8)), Duration::ZERO)
+            .unwrap();
+        clock.advance(Duration::ZERO);
+        assert_eq!(mover.join(), Ok(true));
+        clock.advance(ms(30)); // to 57 ms
+        assert_eq!(runs.times(), [ms(10), ms(20), ms(35), ms(45), ms(55)]);
+
+        // One-shots acting on themselves.
+        let slot: Arc<OnceLock<CancelHandle>> = Arc::default();
+        let s2 = slot.clone();
+        let shot = pool
+            .schedule(move || s2.get().unwrap().reset(ms(5)), ms(3))
+            .unwrap();
+        slot.set(shot.cancel_handle()).unwrap();
+        let slot2: Arc<OnceLock<CancelHandle>> = Arc::default();
+        let s3 = slot2.clone();
+        let quitter = pool
+            .schedule(move || s3.get().unwrap().cancel(), ms(3))
+            .unwrap();
+        slot2.set(quitter.cancel_handle()).unwrap();
+        clock.advance(ms(3));
+        assert_eq!(
+            shot.join(),
+            Ok(false),
+            "a running one-shot cannot reset itself"
+        );
+        assert_eq!(quitter.join(), Err(TaskError::Cancelled));
+
+        // A periodic task cancelling itself on its third run.
+        let count = Arc::new(AtomicUsize::new(0));
+        let hs: Arc<OnceLock<CancelHandle>> = Arc::default();
+        let said = Arc::new(Mutex::new(None));
+        let (c, h2, said2) = (count.clone(), hs.clone(), said.clone());
+        let stopper = pool
+            .schedule_with_fixed_delay(
+                move || {
+                    if c.fetch_add(1, SeqCst) == 2 {
+                        *said2.lock().unwrap() = Some(h2.get().unwrap().cancel());
+                    }
+                },
+                ms(1),
+                ms(1),
+            )
+            .unwrap();
+        hs.set(stopper.cancel_handle()).unwrap();
+        clock.advance(ms(20));
+        assert_eq!(count.load(SeqCst), 3);
+        assert_eq!(*said.lock().unwrap(), Some(true));
+        assert_eq!(stopper.join(), Err(TaskError::Cancelled));
+        assert!(p.cancel());
+        assert_eq!(pool.stats().pending, 0);
+    });
+}
+
+/// Two one-shots due at the same instant, each trying to reset the other by 5 ms: whichever
+/// runs first may win (true) only if the other had not been handed out yet; a reset that
+/// returned true moves the other to exactly +5 ms, and each runs exactly once.
+#[test]
+fn two_tasks_due_together_resetting_each_other() {
+    bounded(|| {
+        for _ in 0..50 {
+            let clock = ManualClock::new();
+            let pool = manual_pool(&clock, 2);
+            let t0 = clock.now();
+            let hs: Arc<[OnceLock<CancelHandle>; 2]> = Arc::default();
+            let mk = |me: usize| {
+                let (hs, c) = (hs.clone(), clock.clone());
+                pool.schedule(
+                    move || {
+                        let won = hs[1 - me].get().unwrap().reset(ms(5));
+                        (c.now() - t0, won)
+                    },
+                    ms(10),
+                )
+                .unwrap()
+            };
+            let (a, b) = (mk(0), mk(1));
+            hs[0].set(a.cancel_handle()).unwrap();
+            hs[1].set(b.cancel_handle()).unwrap();
+            clock.advance(ms(20));
+            let (ra, rb) = (a.join().unwrap(), b.join().unwrap());
+            assert!(!(ra.1 && rb.1), "both resets won: {ra:?} {rb:?}");
+            let (at_a, at_b) = (ra.0, rb.0);
+            match (ra.1, rb.1) {
+                (true, false) => assert_eq!((at_a, at_b), (ms(10), ms(15))),
+                (false, true) => assert_eq!((at_a, at_b), (ms(15), ms(10))),
+                _ => assert_eq!((at_a, at_b), (ms(10), ms(10))),
+            }
+        }
+    });
+}
+
+/// Dynamic delays at the edges: `Some(ZERO)` runs again at the same instant (all before
+/// `advance` returns), `Some(Duration::MAX)` waits forever (an advance of ten years does not
+/// run it; a cancel frees it), `None` ends the task. Both kinds (from the end of the run and
+/// from its planned start).
+#[test]
+fn dynamic_delays_of_zero_max_and_none() {
+    bounded(|| {
+        let clock = ManualClock::new();
+        let pool = manual_pool(&clock, 3);
+        for rate in [false, true] {
+            let runs = Runs::new(&clock);
+            let r = runs.clone();
+            let task = move || match r.record() {
+                0..=4 => Some(Duration::ZERO),
+                5 => Some(ms(3)),
+                _ => None,
+            };
+            let f = if rate {
+                pool.schedule_at_dynamic_rate(task, ms(2)).unwrap()
+            } else {
+                pool.schedule_with_dynamic_delay(task, ms(2)).unwrap()
+            };
+            clock.advance(ms(2));
+            assert_eq!(
+                runs.count(),
+                6,
+                "five zero delays replay at once (rate {rate})"
+            );
+            assert!(runs.times().iter().all(|&t| t == ms(2)));
+            clock.advance(ms(3));
+            assert_eq!(runs.count(), 7);
+            assert_eq!(f.join(), Ok(()));
+
+            let never = Runs::new(&clock);
+            let n2 = never.clone();
+            let f = {
+                let task = move || {
+                    n2.record();
+                    Some(Duration::MAX)
+                };
+                if rate {
+                    pool.schedule_at_dynamic_rate(task, ms(1)).unwrap()
+                } else {
+                    pool.schedule_with_dynamic_delay(task, ms(1)).unwrap()
+                }
+            };
+            clock.advance(ms(1));
+            assert_eq!(never.count(), 1);
+            clock.advance(Duration::from_secs(10 * 365 * 24 * 3600));
+            assert_eq!(never.count(), 1, "Duration::MAX came (rate {rate})");
+            assert!(f.cancel());
+            assert_eq!(f.join(), Err(TaskError::Cancelled));
+        }
+        assert_eq!(pool.stats().pending, 0);
+    });
+}
+
+/// A fixed-rate task (Burst) whose run moves the clock 35 ms from inside (an overrun) replays
+/// the three missed slots back to back and then keeps the grid, with 200 such tasks on four
+/// workers overrunning at once.
+#[test]
+fn burst_after_overrun_replays_every_missed_slot_once() {
+    bounded(|| {
+        let clock = ManualClock::new();
+        let pool = manual_pool(&clock, 4);
+        let t0 = clock.now();
+        let mut all = Vec::new();
+        for k in 0..200usize {
+            let runs: Arc<Mutex<Vec<Duration>>> = Arc::default();
+            let (r, c) = (runs.clone(), clock.clone());
+            let f = pool
+                .schedule_at_fixed_rate(
+                    move || {
+                        let mut r = r.lock().unwrap();
+                        r.push(c.now() - t0);
+                        // The first run of task 0 overruns by 35 ms of virtual time.
+                        if k == 0 && r.len() == 1 {
+                            c.advance(ms(35));
+                        }
+                    },
+                    ms(10),
+                    ms(10),
+                )
+                .unwrap();
+            all.push((runs, f));
+        }
+        clock.advance(ms(10)); // 10 ms: every task runs; task 0 moves the clock to 45 ms
+        let now = clock.now() - t0;
+        assert!(now >= ms(45), "{now:?}");
+        clock.advance(ms(100) - now); // to 100 ms
+        for (k, (runs, f)) in all.iter().enumerate() {
+            let runs = runs.lock().unwrap().clone();
+            // Planned slots 10..=100 ms, ten runs, none twice, never before its slot.
+            assert_eq!(runs.len(), 10, "task {k}: {runs:?}");
+            for (j, at) in runs.iter().enumerate() {
+                assert!(
+                    *at >= ms(10 * (j as u64 + 1)),
+                    "task {k} run {j} early: {runs:?}"
+                );
+            }
+            assert!(f.cancel());
+        }
+    });
+}
