@@ -42,6 +42,9 @@ struct Shot {
     reset: AtomicBool,
 }
 
+/// A follow-up's expected clock offset, and the one it saw (`NOT_RUN` until it runs).
+type FollowUp = (u64, Arc<AtomicU64>);
+
 fn nanos(d: Duration) -> u64 {
     d.as_nanos() as u64
 }
@@ -82,7 +85,7 @@ fn big(seed: u64, n: usize) {
             .collect(),
     );
     // (expected offset, observed offset) of each follow-up.
-    let follow_ups: Arc<Mutex<Vec<(u64, Arc<AtomicU64>)>>> = Arc::default();
+    let follow_ups: Arc<Mutex<Vec<FollowUp>>> = Arc::default();
     let mut futures = Vec::with_capacity(n);
     for i in 0..n {
         let due = ms(rng.gen_range(1..=end));
