@@ -45,6 +45,58 @@ fn duration_max_never_comes_even_at_the_end_of_time() {
     });
 }
 
+/// The same at a 1 ns tick, the finest the builder accepts (and at 255 ns): a deadline of
+/// `Duration::MAX` must still never come when the clock is advanced to the end of time.
+#[test]
+#[ignore = "fails: at a tick dividing u64::MAX (1 ns, 255 ns) a Duration::MAX one-shot runs after advance(Duration::MAX)"]
+fn duration_max_never_comes_at_a_nanosecond_tick() {
+    bounded(|| {
+        // 1 ns, and 255 ns (a divisor of u64::MAX, as 3, 5, 15, 17 ... ns are): any tick
+        // that divides u64::MAX makes the saturated deadline land on a tick.
+        for tick in [255, 1] {
+            let clock = ManualClock::new();
+            let pool = pool_with_tick(&clock, Duration::from_nanos(tick));
+            let never = pool.schedule(|| "ran", Duration::MAX).unwrap();
+            clock.advance(Duration::MAX);
+            assert!(
+                !never.is_done(),
+                "Duration::MAX came at the end of time ({tick} ns tick)"
+            );
+            assert!(never.cancel());
+        }
+    });
+}
+
+/// A fixed-rate task (period 100 years) on a 1 ns tick, then `advance(Duration::MAX)`: its
+/// planned runs saturate at the end of time. `advance` must return (bounded by the watchdog),
+/// and the task must not run more than once per planned slot.
+#[test]
+#[ignore = "fails: 1 ns tick + advance(Duration::MAX): a fixed-rate task re-arms at the saturated deadline forever, advance never returns"]
+fn fixed_rate_task_at_the_end_of_time_with_a_nanosecond_tick_lets_advance_return() {
+    bounded(|| {
+        let clock = ManualClock::new();
+        let pool = pool_with_tick(&clock, Duration::from_nanos(1));
+        let runs = Arc::new(AtomicUsize::new(0));
+        let r = runs.clone();
+        let century = Duration::from_secs(3600 * 24 * 365 * 100);
+        let f = pool
+            .schedule_at_fixed_rate(
+                move || {
+                    // A bound on the test's own runaway: past it the test fails, not hangs.
+                    assert!(r.fetch_add(1, SeqCst) < 1_000, "runs at the end of time");
+                },
+                century,
+                century,
+            )
+            .unwrap();
+        clock.advance(Duration::MAX);
+        // 584 years: five whole centuries fit; the saturated slot at the end may or may not run.
+        let n = runs.load(SeqCst);
+        assert!((5..=6).contains(&n), "{n} runs");
+        assert!(f.cancel() || f.is_done());
+    });
+}
+
 /// Instants far in the past and exactly now run at once, on both clocks, never before the
 /// instant; `reset_at` into the past makes a waiting task due at once.
 #[test]
