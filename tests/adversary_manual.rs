@@ -600,3 +600,60 @@ fn dynamic_rate_reset_into_the_past_runs_once_now() {
         assert!(f.cancel());
     });
 }
+
+/// A pool is dropped (with periodic tasks and waiting one-shots) and another is built on the
+/// same clock while two threads keep advancing it: no advance hangs, and the surviving pool's
+/// tasks still run exactly at their deadlines.
+#[test]
+fn pools_come_and_go_while_two_threads_advance() {
+    bounded(|| {
+        let clock = ManualClock::new();
+        let stop = Arc::new(AtomicBool::new(false));
+        // The advancers stop even if an assertion below fails (else the scope never ends).
+        struct StopOnDrop(Arc<AtomicBool>);
+        impl Drop for StopOnDrop {
+            fn drop(&mut self) {
+                self.0.store(true, SeqCst);
+            }
+        }
+        thread::scope(|s| {
+            let _stop_advancers = StopOnDrop(stop.clone());
+            for _ in 0..2 {
+                let (clock, stop) = (clock.clone(), stop.clone());
+                s.spawn(move || {
+                    while !stop.load(SeqCst) {
+                        clock.advance(Duration::from_micros(700));
+                    }
+                });
+            }
+            for round in 0..30u64 {
+                let pool = manual_pool(&clock, 2);
+                let runs = Arc::new(AtomicUsize::new(0));
+                for k in 0..20u64 {
+                    let r = runs.clone();
+                    let _beat = pool
+                        .schedule_at_fixed_rate(
+                            move || {
+                                r.fetch_add(1, SeqCst);
+                            },
+                            ms(1),
+                            ms(1 + k % 3),
+                        )
+                        .unwrap();
+                }
+                let c = clock.clone();
+                let start = clock.now();
+                let one = pool.schedule(move || c.now(), ms(2)).unwrap();
+                if round % 2 == 0 {
+                    let mut one = one;
+                    let at = one
+                        .join_timeout(JOIN_LIMIT)
+                        .expect("one-shot lost")
+                        .unwrap();
+                    assert!(at >= start + ms(2), "early");
+                }
+                drop(pool); // mid-advance, with periodic tasks armed
+            }
+        });
+    });
+}
