@@ -697,3 +697,91 @@ fn advance_from_a_thread_of_an_unrelated_pool_still_settles() {
         );
     });
 }
+
+/// 20 000 tasks scheduled from one thread and 20 000 from another (two shards) all come due at
+/// 10 ms. Each task of the first set resets (even i) or cancels (odd i) its partner in the
+/// other set (mirrored: X i meets Y n-1-i) while the timer thread is still handing the due
+/// ones out. Whatever won: a reset
+/// that returned true moved the partner to exactly 15 ms, one that returned false found it
+/// already handed out (it ran at 10 ms); a cancel that returned true means the partner never
+/// ran, one that returned false means it ran at 10 ms.
+#[test]
+fn due_tasks_resetting_and_cancelling_due_partners_in_another_shard() {
+    bounded(|| {
+        let n = 20_000;
+        let clock = ManualClock::new();
+        let t0 = clock.now();
+        let pool = Arc::new(manual_pool(&clock, 4));
+        let ys: Arc<Vec<OnceLock<CancelHandle>>> =
+            Arc::new((0..n).map(|_| OnceLock::new()).collect());
+        let saw: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(NOT_RUN)).collect());
+        let (p2, c2, saw2) = (pool.clone(), clock.clone(), saw.clone());
+        let y_futures = thread::spawn(move || {
+            (0..n)
+                .map(|i| {
+                    let (c, s) = (c2.clone(), saw2.clone());
+                    p2.schedule(move || s[i].store(nanos(c.now() - t0), SeqCst), ms(10))
+                        .unwrap()
+                })
+                .collect::<Vec<_>>()
+        })
+        .join()
+        .unwrap();
+        for (i, f) in y_futures.iter().enumerate() {
+            ys[i].set(f.cancel_handle()).unwrap();
+        }
+        let (p1, ys1) = (pool.clone(), ys.clone());
+        let x_futures = thread::spawn(move || {
+            (0..n)
+                .map(|i| {
+                    let ys = ys1.clone();
+                    p1.schedule(
+                        move || {
+                            // Partners are mirrored: the first X handed out meets the Y that
+                            // comes out last (still in the wheel), the last X an early Y.
+                            let y = ys[n - 1 - i].get().unwrap();
+                            if i % 2 == 0 {
+                                y.reset(ms(5))
+                            } else {
+                                y.cancel()
+                            }
+                        },
+                        ms(10),
+                    )
+                    .unwrap()
+                })
+                .collect::<Vec<_>>()
+        })
+        .join()
+        .unwrap();
+        clock.advance(ms(20));
+        let (mut moved, mut stopped) = (0, 0);
+        for (i, (x, y)) in x_futures
+            .into_iter()
+            .zip(y_futures.into_iter().rev())
+            .enumerate()
+        {
+            let won = x.join().unwrap();
+            let seen = saw[n - 1 - i].load(SeqCst);
+            let y_end = y.join();
+            if i % 2 == 0 {
+                let want = if won { 15 } else { 10 };
+                moved += usize::from(won);
+                assert_eq!(seen, nanos(ms(want)), "pair {i}: reset said {won}");
+                assert_eq!(y_end, Ok(()), "pair {i}");
+            } else if won {
+                stopped += 1;
+                assert_eq!(seen, NOT_RUN, "pair {i}: cancelled, yet it ran");
+                assert_eq!(y_end, Err(TaskError::Cancelled));
+            } else {
+                assert_eq!(
+                    seen,
+                    nanos(ms(10)),
+                    "pair {i}: cancel said false, yet it never ran"
+                );
+            }
+        }
+        eprintln!("due partners: {moved} moved by reset, {stopped} stopped by cancel");
+        assert_eq!(pool.stats().pending, 0);
+    });
+}
