@@ -785,3 +785,57 @@ fn due_tasks_resetting_and_cancelling_due_partners_in_another_shard() {
         assert_eq!(pool.stats().pending, 0);
     });
 }
+
+/// A reset (to the future) of each periodic kind while it waits: the next run moves to the new
+/// time, and the runs after it follow the kind's rule from there (fixed rate: the grid
+/// re-bases; fixed delay: a delay after each run; dynamic rate: counted from the new start;
+/// dynamic delay: from the end of the run). Period / delay 10 ms, first run at 10 ms, reset at
+/// 15 ms to 2 ms later: runs at 10, 17, 27, 37 for every kind.
+#[test]
+fn reset_of_each_periodic_kind_moves_the_next_run_and_the_rule_follows() {
+    bounded(|| {
+        let clock = ManualClock::new();
+        let pool = manual_pool(&clock, 2);
+        for kind in 0..4 {
+            let runs = Runs::new(&clock);
+            let r = runs.clone();
+            let f = match kind {
+                0 => pool.schedule_at_fixed_rate(
+                    move || {
+                        r.record();
+                    },
+                    ms(10),
+                    ms(10),
+                ),
+                1 => pool.schedule_with_fixed_delay(
+                    move || {
+                        r.record();
+                    },
+                    ms(10),
+                    ms(10),
+                ),
+                2 => pool.schedule_at_dynamic_rate(
+                    move || {
+                        r.record();
+                        Some(ms(10))
+                    },
+                    ms(10),
+                ),
+                _ => pool.schedule_with_dynamic_delay(
+                    move || {
+                        r.record();
+                        Some(ms(10))
+                    },
+                    ms(10),
+                ),
+            }
+            .unwrap();
+            clock.advance(ms(15));
+            assert!(f.reset(ms(2)), "kind {kind}");
+            clock.advance(ms(25)); // to 40 ms after this kind's start
+            let want: Vec<Duration> = [10, 17, 27, 37].map(ms).to_vec();
+            assert_eq!(runs.times(), want, "kind {kind}");
+            assert!(f.cancel());
+        }
+    });
+}
