@@ -452,3 +452,35 @@ fn common_wait(mut cond: impl FnMut() -> bool) -> bool {
     }
     cond()
 }
+
+/// A burst of 100 000 one-hour timeouts from one thread (one shard), all cancelled, while one
+/// long-lived timer of the same thread stays pending (a heartbeat, say). The README promises
+/// the memory of a cancelled timer is freed at cancel; the live heap must go back down, not stay
+/// at the burst's peak for as long as the heartbeat lives.
+#[test]
+#[ignore = "fails: a shard's slab keeps its peak capacity (~5 MB after 100k cancelled timers) while any one timer stays in that shard"]
+fn burst_of_cancelled_timers_beside_a_long_lived_one_gives_memory_back() {
+    let _serial = serial();
+    bounded(|| {
+        let pool = ScheduledThreadPool::builder().threads(2).build().unwrap();
+        let hour = Duration::from_secs(3600);
+        let keeper = pool.schedule(|| (), hour).unwrap();
+        let before = ALLOC.allocated() as isize;
+        let burst: Vec<_> = (0..100_000)
+            .map(|_| pool.schedule(|| (), hour).unwrap())
+            .collect();
+        let peak = ALLOC.allocated() as isize - before;
+        for f in burst {
+            assert!(f.cancel());
+        }
+        let left = ALLOC.allocated() as isize - before;
+        eprintln!("burst: peak {peak} B, left after cancelling all {left} B");
+        assert!(
+            left < 256 << 10,
+            "{left} B still held after cancelling 100 000 timers (peak {peak} B)"
+        );
+        assert!(keeper.cancel());
+        let after_keeper = ALLOC.allocated() as isize - before;
+        eprintln!("burst: after the keeper's cancel too {after_keeper} B");
+    });
+}
