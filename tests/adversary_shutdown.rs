@@ -74,6 +74,8 @@ struct Made {
 enum How {
     Graceful,
     Now,
+    /// `shutdown()` and at once `shutdown_now()`, while the graceful sweep is under way.
+    Both,
 }
 
 /// Four workers; 300 periodic tasks (fixed rate, fixed delay, dynamic) at a 1 ms period; three
@@ -169,6 +171,10 @@ fn storm(how: How) {
             Vec::new()
         }
         How::Now => pool.shutdown_now(),
+        How::Both => {
+            pool.shutdown();
+            pool.shutdown_now()
+        }
     };
     assert!(
         pool.await_termination(LONG),
@@ -202,7 +208,7 @@ fn storm(how: How) {
                 Ok(()) => pool_ran += 1,
                 // Cancelled while it ran (cancel said false), or handed back by shutdown_now.
                 Err(TaskError::Cancelled) | Err(TaskError::Shutdown) => assert!(
-                    tried || how == How::Now,
+                    tried || how != How::Graceful,
                     "graceful shutdown cancelled a waiting one-shot"
                 ),
                 Err(e) => panic!("{e:?}"),
@@ -324,4 +330,11 @@ fn graceful_shutdown_on_a_manual_clock_runs_waiting_one_shots_at_their_time() {
         assert_eq!(b.join(), Ok(ms(20)));
         assert!(pool.await_termination(LONG));
     });
+}
+
+#[test]
+fn shutdown_then_shutdown_now_during_the_sweep() {
+    for _ in 0..3 {
+        bounded(|| storm(How::Both));
+    }
 }
