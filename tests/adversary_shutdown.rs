@@ -338,3 +338,86 @@ fn shutdown_then_shutdown_now_during_the_sweep() {
         bounded(|| storm(How::Both));
     }
 }
+
+/// 5 000 periodic tasks an hour apart in one shard (the graceful sweep takes ten chunks there)
+/// and one-shots due soon, then `shutdown()` while two threads keep resetting the periodic tasks
+/// (to an hour, to a millisecond, to now) and one cancels some. A reset must not let a periodic
+/// task slip behind the sweep: the pool terminates, every periodic future ends Shutdown or
+/// Cancelled, and every one-shot runs.
+#[test]
+fn graceful_sweep_of_a_big_shard_while_periodic_tasks_are_reset() {
+    bounded(|| {
+        let pool = Arc::new(ScheduledThreadPool::builder().threads(2).build().unwrap());
+        let hour = Duration::from_secs(3600);
+        let periodics: Vec<ScheduledFuture<()>> = (0..5_000)
+            .map(|k| {
+                if k % 2 == 0 {
+                    pool.schedule_at_fixed_rate(|| (), hour, hour).unwrap()
+                } else {
+                    pool.schedule_with_fixed_delay(|| (), hour, hour).unwrap()
+                }
+            })
+            .collect();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let one_shots: Vec<_> = (0..2_000u64)
+            .map(|i| {
+                let r = ran.clone();
+                pool.schedule(
+                    move || {
+                        r.fetch_add(1, SeqCst);
+                    },
+                    Duration::from_micros(i % 5_000),
+                )
+                .unwrap()
+            })
+            .collect();
+        let handles: Arc<Vec<CancelHandle>> =
+            Arc::new(periodics.iter().map(|f| f.cancel_handle()).collect());
+        let stop = Arc::new(AtomicBool::new(false));
+        thread::scope(|s| {
+            for t in 0..3usize {
+                let (handles, stop) = (handles.clone(), stop.clone());
+                s.spawn(move || {
+                    let mut i = t;
+                    while !stop.load(SeqCst) {
+                        let h = &handles[i * 7919 % handles.len()];
+                        match (t, i % 3) {
+                            (2, _) if i % 50 == 0 => {
+                                h.cancel();
+                            }
+                            (_, 0) => {
+                                h.reset(Duration::from_secs(3600));
+                            }
+                            (_, 1) => {
+                                h.reset(Duration::from_millis(1));
+                            }
+                            _ => {
+                                h.reset(Duration::ZERO);
+                            }
+                        }
+                        i += 3;
+                    }
+                });
+            }
+            // Let the resetters get going, then shut down under them.
+            while handles.iter().filter(|h| h.is_cancelled()).count() < 5 {
+                thread::yield_now();
+            }
+            pool.shutdown();
+            let ok = pool.await_termination(LONG);
+            stop.store(true, SeqCst);
+            assert!(ok, "graceful shutdown never finished: {:?}", pool.stats());
+        });
+        for (k, mut f) in periodics.into_iter().enumerate() {
+            let end = f.join_timeout(LONG).expect("periodic future never ended");
+            assert!(
+                matches!(end, Err(TaskError::Shutdown) | Err(TaskError::Cancelled)),
+                "periodic {k}: {end:?}"
+            );
+        }
+        for mut f in one_shots {
+            assert_eq!(f.join_timeout(LONG), Some(Ok(())));
+        }
+        assert_eq!(ran.load(SeqCst), 2_000);
+    });
+}
