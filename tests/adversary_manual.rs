@@ -839,3 +839,60 @@ fn reset_of_each_periodic_kind_moves_the_next_run_and_the_rule_follows() {
         }
     });
 }
+
+/// Two threads advance while some tasks advance the clock from inside (which only moves
+/// time): nothing runs before its deadline, every one-shot runs exactly once, and no advance
+/// hangs.
+#[test]
+fn in_task_advances_racing_two_outer_advancers() {
+    let seed = seed();
+    eprintln!("in_task_advances seed {seed}");
+    bounded(move || {
+        let clock = ManualClock::new();
+        let t0 = clock.now();
+        let pool = manual_pool(&clock, 3);
+        let mut rng = StdRng::seed_from_u64(seed);
+        let n = 20_000;
+        let mut all = Vec::with_capacity(n);
+        for i in 0..n {
+            let due = ms(rng.gen_range(1..2_000));
+            let c = clock.clone();
+            let jump = (i % 500 == 0).then(|| Duration::from_micros(rng.gen_range(1..5_000)));
+            let f = pool
+                .schedule(
+                    move || {
+                        let at = c.now() - t0;
+                        if let Some(j) = jump {
+                            c.advance(j);
+                        }
+                        at
+                    },
+                    due,
+                )
+                .unwrap();
+            all.push((due, f));
+        }
+        thread::scope(|s| {
+            for a in 0..2u64 {
+                let clock = clock.clone();
+                let mut rng = StdRng::seed_from_u64(seed ^ (a + 7));
+                s.spawn(move || {
+                    while clock.now() - t0 < ms(2_050) {
+                        clock.advance(Duration::from_micros(rng.gen_range(0..20_000)));
+                    }
+                });
+            }
+        });
+        for (i, (due, mut f)) in all.into_iter().enumerate() {
+            let at = f
+                .join_timeout(JOIN_LIMIT)
+                .unwrap_or_else(|| panic!("task {i} lost (seed {seed})"))
+                .unwrap();
+            assert!(
+                at >= due,
+                "task {i} ran at {at:?}, due {due:?} (seed {seed})"
+            );
+        }
+        assert_eq!(pool.stats().pending, 0);
+    });
+}
