@@ -119,7 +119,9 @@ fn cancels_racing_millisecond_periodic_tasks_stop_them_for_good() {
             }
         });
         let tasks = Arc::into_inner(tasks).unwrap();
+        let mut runs = 0;
         for (k, (probe, mut f)) in tasks.into_iter().enumerate() {
+            runs += probe.runs.load(SeqCst) as u64;
             assert_eq!(
                 f.join_timeout(LONG),
                 Some(Err(TaskError::Cancelled)),
@@ -134,5 +136,9 @@ fn cancels_racing_millisecond_periodic_tasks_stop_them_for_good() {
         let stats = pool.stats();
         assert_eq!((stats.pending, stats.running), (0, 0), "{stats:?}");
         assert_eq!(stats.cancelled, 300, "{stats:?}");
+        assert_eq!(
+            stats.completed, runs,
+            "every run returned normally: {stats:?}"
+        );
     });
 }
