@@ -346,8 +346,12 @@ fn eight_threads_cross_cancel_keep_accounts_and_heap() {
             "{stats:?}"
         );
         let growth = ALLOC.allocated() as isize - before;
+        eprintln!("cross cancel: live heap growth {growth} B over {total} timers");
+        // An empty shard keeps up to RELEASE_AT (4096) slab nodes for reuse, and the channels'
+        // backlog decides how far each of the 8 shards grew: allow that (8 x 4096 x 64 B), far
+        // below what 200 000 timers would hold (their cells alone are ~40 MB).
         assert!(
-            growth < 256 << 10,
+            growth < 2 << 20,
             "live heap grew by {growth} B over {total} timers"
         );
     });
