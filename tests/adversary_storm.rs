@@ -490,3 +490,68 @@ fn burst_of_cancelled_timers_beside_a_long_lived_one_gives_memory_back() {
         eprintln!("burst: after the keeper's cancel too {after_keeper} B");
     });
 }
+
+/// 20 000 timers due at one instant in one shard (the timer thread hands them out a chunk at a
+/// time); as soon as the first one runs, the test thread cancels them all, so the
+/// shard empties (and gives its slab back) while the timer thread is between chunks. Every
+/// timer ran or was cancelled, never both; and the shard still works afterwards: fresh timers
+/// scheduled into it from the same thread all run, none early.
+#[test]
+fn shard_emptied_by_cancels_between_chunks_of_a_storm_still_works() {
+    let _serial = serial();
+    bounded(|| {
+        for round in 0..3 {
+            let pool = Arc::new(ScheduledThreadPool::builder().threads(2).build().unwrap());
+            let n = 20_000;
+            let first_ran = Arc::new(AtomicBool::new(false));
+            let runs = Arc::new(AtomicUsize::new(0));
+            let at = Instant::now() + Duration::from_millis(20);
+            let futures: Vec<_> = (0..n)
+                .map(|_| {
+                    let (fr, r) = (first_ran.clone(), runs.clone());
+                    pool.schedule_at(
+                        move || {
+                            fr.store(true, SeqCst);
+                            r.fetch_add(1, SeqCst);
+                        },
+                        at,
+                    )
+                    .unwrap()
+                })
+                .collect();
+            let mut cancelled = 0;
+            while !first_ran.load(SeqCst) {
+                std::hint::spin_loop();
+            }
+            // Equal deadlines come out newest first: cancel oldest first, so the cancels meet
+            // the timers the timer thread has not reached yet.
+            for f in futures.iter() {
+                cancelled += usize::from(f.cancel());
+            }
+            eprintln!("round {round}: {cancelled} of {n} cancelled between chunks");
+            for (i, mut f) in futures.into_iter().enumerate() {
+                assert!(
+                    f.join_timeout(LONG).is_some(),
+                    "round {round}: timer {i} lost"
+                );
+            }
+            assert_eq!(runs.load(SeqCst) + cancelled, n, "round {round}");
+            // The same thread, so the same shard: it must still take and fire timers.
+            let fresh: Vec<_> = (0..200u64)
+                .map(|k| {
+                    let deadline = Instant::now() + Duration::from_micros(k * 50);
+                    (deadline, pool.schedule_at(Instant::now, deadline).unwrap())
+                })
+                .collect();
+            for (k, (deadline, mut f)) in fresh.into_iter().enumerate() {
+                let ran = f
+                    .join_timeout(LONG)
+                    .expect("a fresh timer was lost")
+                    .unwrap();
+                assert!(ran >= deadline, "round {round}: fresh timer {k} early");
+            }
+            let stats = pool.stats();
+            assert_eq!((stats.pending, stats.running), (0, 0), "{stats:?}");
+        }
+    });
+}
