@@ -289,7 +289,10 @@ impl Core {
 
     /// The user reset `task`'s next run to `deadline` (nanoseconds since the origin); true if
     /// it was waiting and moved.
+    /// Moves a waiting task to `deadline`; one in the past means now, and a periodic plan
+    /// re-bases there (not in the past, where a fixed-rate grid would replay missed slots).
     pub(crate) fn reset(&self, task: &TaskRef, deadline: u64) -> bool {
+        let deadline = deadline.max(self.timer.time.now_nanos());
         self.timer.reset(task, deadline, || task.rebase(deadline))
     }
 
@@ -447,6 +450,10 @@ impl ClockListener for Core {
 
     fn time_moved(&self) {
         self.timer.wake();
+    }
+
+    fn activity(&self) -> u64 {
+        self.timer.settle.as_ref().map_or(0, |s| s.activity())
     }
 }
 

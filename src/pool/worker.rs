@@ -177,7 +177,7 @@ struct Claim<'a> {
 
 /// A worker thread's body.
 pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
-    crate::timer::mark_pool_thread();
+    crate::timer::mark_pool_thread(&core.timer.time.clock);
     crate::timer::home::set(index); // workers spread over the timer shards
     let owner = Arc::as_ptr(&core) as usize;
     LOCAL.with(|l| {

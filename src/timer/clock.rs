@@ -16,6 +16,9 @@ pub(crate) trait ClockListener: Send + Sync {
     fn settle(&self) -> Option<Instant>;
     /// Time moved without a settle (an `advance` from inside a task): look at the clock again.
     fn time_moved(&self);
+    /// A count that grows whenever the pool takes in work (an insert into a wheel, or a task
+    /// handed to the workers): unchanged since a settle means nothing new came in since.
+    fn activity(&self) -> u64;
 }
 
 /// Virtual time for tests: it stands still until [`advance`](ManualClock::advance).
@@ -59,13 +62,17 @@ struct ManualInner {
 }
 
 thread_local! {
-    /// Set on pool threads: an `advance` from a task must not wait for the pool it runs on.
-    static ON_POOL_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// On a thread of a pool that runs on a manual clock: that clock's address (0 elsewhere). An
+    /// `advance` of that clock from a task must not wait for the pool it runs on; an advance of
+    /// another clock, or from a pool on the system clock, waits as usual.
+    static ON_POOL_THREAD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// Marks the current thread as a pool thread (workers and the timer thread).
-pub(crate) fn mark_pool_thread() {
-    ON_POOL_THREAD.with(|c| c.set(true));
+/// Marks the current thread as a thread (worker or timer thread) of a pool on `clock`.
+pub(crate) fn mark_pool_thread(clock: &Clock) {
+    if let Clock::Manual(m) = clock {
+        ON_POOL_THREAD.with(|c| c.set(m.id()));
+    }
 }
 
 impl ManualClock {
@@ -121,9 +128,11 @@ impl ManualClock {
     /// `now()` equal to their planned time. A task that blocks forever makes `advance` wait
     /// forever: use timeouts inside tasks under test.
     ///
-    /// Called from inside a task running on a pool thread, `advance` only moves the time (it
-    /// cannot wait for the pool it runs on); the outer `advance` then carries on from the new
-    /// time. Total time saturates some 584 years after the clock was created.
+    /// Called from inside a task running on a pool that uses this clock, `advance` only moves
+    /// the time (it cannot wait for the pool it runs on); the outer `advance` then carries on
+    /// from the new time. From any other thread (a pool on another clock included) it waits as
+    /// described above. With several pools on one clock, work one hands to another is run at
+    /// its own deadline too. Total time saturates some 584 years after the clock was created.
     ///
     /// # Examples
     ///
@@ -158,7 +167,7 @@ impl ManualClock {
     /// ```
     pub fn advance(&self, by: Duration) {
         let by = duration_nanos(by);
-        if ON_POOL_THREAD.with(|c| c.get()) {
+        if ON_POOL_THREAD.with(|c| c.get()) == self.id() {
             // Read-modify-write, so concurrent advances from tasks add up.
             let _ = self
                 .inner
@@ -190,6 +199,11 @@ impl ManualClock {
         self.settle_all();
     }
 
+    /// Tells this clock apart from others (its shared state's address).
+    fn id(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+
     pub(crate) fn register(&self, listener: Weak<dyn ClockListener>) {
         let mut listeners = self.inner.listeners.lock();
         listeners.retain(|l| l.strong_count() > 0);
@@ -205,9 +219,26 @@ impl ManualClock {
             .collect()
     }
 
-    /// Settles every live pool; the earliest of their next deadlines.
+    /// Settles every live pool; the earliest of their next deadlines. With several pools, a task
+    /// of one may hand work to another that has already settled in this round: rounds repeat
+    /// until one passes in which no pool took in work after its own settle.
     fn settle_all(&self) -> Option<Instant> {
-        self.listeners().iter().filter_map(|l| l.settle()).min()
+        let listeners = self.listeners();
+        loop {
+            let mut next = None;
+            let mut seen = Vec::with_capacity(listeners.len());
+            for l in &listeners {
+                next = match (next, l.settle()) {
+                    (Some(a), Some(b)) => Some(std::cmp::min(a, b)),
+                    (a, b) => a.or(b),
+                };
+                seen.push(l.activity());
+            }
+            let quiet = listeners.iter().zip(&seen).all(|(l, &a)| l.activity() == a);
+            if listeners.len() <= 1 || quiet {
+                return next;
+            }
+        }
     }
 
     fn offset_now(&self) -> u64 {
@@ -278,9 +309,10 @@ impl TimeBase {
         }
     }
 
-    /// Now, in nanoseconds since the origin.
+    /// Now, in nanoseconds since the origin. Time stops one nanosecond short of `u64::MAX`,
+    /// which means "never": a deadline that saturated there never comes due, whatever the tick.
     pub(crate) fn now_nanos(&self) -> u64 {
-        self.nanos_of(self.clock.now())
+        self.nanos_of(self.clock.now()).min(u64::MAX - 1)
     }
 
     /// `at` in nanoseconds since the origin; an instant before the origin is 0.

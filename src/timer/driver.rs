@@ -38,7 +38,7 @@ pub(crate) fn on_timer_thread_of(host: *const ()) -> bool {
 
 /// The timer thread's body.
 pub(crate) fn run(host: Arc<dyn Host>) {
-    super::mark_pool_thread();
+    super::mark_pool_thread(&host.timer().time.clock);
     TIMER_OF.with(|t| t.set(Arc::as_ptr(&host) as *const () as usize));
     Driver::new(host).run();
 }

@@ -29,6 +29,8 @@ pub(crate) struct Settle {
     in_pool: AtomicUsize,
     /// Inserts into the wheels so far.
     inserted: AtomicU64,
+    /// Tasks ever handed to the workers (`in_pool` only goes up by these).
+    entered: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -57,6 +59,7 @@ impl Settle {
             changed: Condvar::new(),
             in_pool: AtomicUsize::new(0),
             inserted: AtomicU64::new(0),
+            entered: AtomicU64::new(0),
         }
     }
 
@@ -64,6 +67,14 @@ impl Settle {
     pub(crate) fn entering_pool(&self, n: usize) {
         // SeqCst: pairs with the load in `wait`.
         self.in_pool.fetch_add(n, Ordering::SeqCst);
+        // SeqCst: pairs with the load in `activity`.
+        self.entered.fetch_add(n as u64, Ordering::SeqCst);
+    }
+
+    /// Work taken in so far (see `ClockListener::activity`).
+    pub(crate) fn activity(&self) -> u64 {
+        // SeqCst: pairs with the increments in `inserted` and `entering_pool`.
+        self.inserted.load(Ordering::SeqCst) + self.entered.load(Ordering::SeqCst)
     }
 
     /// A task handed to the workers has finished (after any re-arm was inserted).
