@@ -253,6 +253,9 @@ pub(crate) fn park_until(deadline: Option<std::time::Instant>) {
 /// Cache-line padding for atomics and locks that different threads hit at once.
 pub(crate) use crossbeam_utils::CachePadded;
 
+/// Set once while a pool is built, before any other thread sees it: no protocol to model.
+pub(crate) use std::sync::OnceLock;
+
 /// Reference counting is not part of any protocol we model, and loom's `Arc` has no `Weak`
 /// (which `Handle` needs), so both builds use std's.
 pub(crate) use std::sync::{Arc, Weak};

@@ -188,6 +188,8 @@ pub(super) struct ModelPool {
     pub(super) core: Arc<Core>,
     /// Worker deques not yet handed to `run_worker`.
     locals: std::sync::Mutex<Vec<Option<Worker<TaskRef>>>>,
+    /// What the pool owns so its futures can reach the core (`Core::attach`).
+    _refs: Box<[Arc<crate::pool::CoreRef>]>,
 }
 
 impl ModelPool {
@@ -195,9 +197,17 @@ impl ModelPool {
     pub(super) fn new(workers: usize) -> Self {
         let timer = Timer::new(TimeBase::new(Clock::System, TICK), workers);
         let (set, locals) = WorkerSet::new(workers);
-        let core = Core::new(timer, set, workers + 1, None, None, MissedTicks::Burst);
+        let core = Arc::new(Core::new(
+            timer,
+            set,
+            workers + 1,
+            None,
+            None,
+            MissedTicks::Burst,
+        ));
         ModelPool {
-            core: Arc::new(core),
+            _refs: Core::attach(&core),
+            core,
             locals: std::sync::Mutex::new(locals.into_iter().map(Some).collect()),
         }
     }
@@ -248,7 +258,11 @@ impl ModelPool {
         let job = OneShot::new(Box::new(f) as OneShotFn<T>);
         let cell = Arc::new(TaskCell::new(job, at.saturating_mul(TICK_NANOS), shard));
         let raw: TaskRef = cell.clone();
-        (raw, ScheduledFuture::new(cell, self.core.clone()))
+        let owner = self
+            .core
+            .core_ref(shard)
+            .expect("the model pool owns its core refs");
+        (raw, ScheduledFuture::new(cell, owner))
     }
 
     /// `Core::submit` of a prepared task (admit, route, recheck), as every schedule call ends.

@@ -504,8 +504,9 @@ impl Builder {
             let listener: Arc<dyn ClockListener> = core.clone();
             c.register(Arc::downgrade(&listener));
         }
+        let refs = Core::attach(&core);
         start_threads(&core, &self.name, locals, &self.hooks)
-            .map(|handles| ScheduledThreadPool::from_parts(core, handles))
+            .map(|handles| ScheduledThreadPool::from_parts(core, refs, handles))
     }
 }
 

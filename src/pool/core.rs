@@ -23,10 +23,11 @@
 //! - Whoever moves a task to a terminal state calls `task_ended` once; the last one after a
 //!   shutdown wakes the driver so it can see `outstanding == 0` and let the pool terminate.
 
+use super::counters::Counters;
 use super::worker::{self, WorkerSet};
 use super::PoolStats;
 use crate::error::ScheduleError;
-use crate::sync::{AtomicU64, AtomicU8, AtomicUsize, CachePadded, Condvar, Mutex, Ordering};
+use crate::sync::{fence, Arc, AtomicU8, Condvar, Mutex, OnceLock, Ordering, Weak};
 use crate::task::state::End;
 use crate::task::{
     drop_user, Cancelled, MissedTicks, PendingTask, RunEnv, RunOutcome, Stop, Stopped, TaskRef,
@@ -50,17 +51,30 @@ struct Handoff {
     tasks: Vec<PendingTask>,
 }
 
+/// What a future (or cancel handle) holds to reach its pool: one of these per timer shard,
+/// owned by the pool, so the reference counts that futures made on different threads bump are
+/// on different cache lines (an `Arc<Core>` per future would make every producer write one).
+#[derive(Debug)]
+pub(crate) struct CoreRef(Arc<Core>);
+
+impl std::ops::Deref for CoreRef {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.0
+    }
+}
+
 /// Shared by the pool, its handles, its futures, its workers and its timer thread.
 pub(crate) struct Core {
     pub(crate) timer: Timer,
     pub(crate) workers: WorkerSet,
     lifecycle: AtomicU8,
-    // Written by every submit and every task end, from every thread: each on its own line.
-    outstanding: CachePadded<AtomicUsize>,
-    running: CachePadded<AtomicUsize>,
-    completed: CachePadded<AtomicU64>,
-    cancelled: CachePadded<AtomicU64>,
-    panicked: CachePadded<AtomicU64>,
+    /// Written by every submit, run and task end, each thread in its own cell.
+    counters: Counters,
+    /// Per timer shard, the reference a future keeps to this core (`CoreRef`): weak here, owned
+    /// by the pool, so futures made on different threads bump different counts.
+    refs: OnceLock<Box<[Weak<CoreRef>]>>,
     max_pending: Option<usize>,
     panic_handler: Option<PanicHandler>,
     /// The pool's default for fixed-rate tasks that do not choose their own.
@@ -91,14 +105,11 @@ impl Core {
         missed_ticks: MissedTicks,
     ) -> Self {
         Core {
+            counters: Counters::new(timer.shard_count()),
+            refs: OnceLock::new(),
             timer,
             workers,
             lifecycle: AtomicU8::new(RUNNING),
-            outstanding: CachePadded::new(AtomicUsize::new(0)),
-            running: CachePadded::new(AtomicUsize::new(0)),
-            completed: CachePadded::new(AtomicU64::new(0)),
-            cancelled: CachePadded::new(AtomicU64::new(0)),
-            panicked: CachePadded::new(AtomicU64::new(0)),
             max_pending,
             panic_handler,
             missed_ticks,
@@ -120,8 +131,25 @@ impl Core {
     }
 
     pub(crate) fn outstanding(&self) -> usize {
-        // SeqCst: pairs with the increment in `admit` after the lifecycle store (ground rules).
-        self.outstanding.load(Ordering::SeqCst)
+        self.counters.outstanding()
+    }
+
+    /// Creates the per-shard references futures keep to `core` and returns them for the pool
+    /// to own (the core keeps only weak ones, so no cycle keeps it alive).
+    pub(crate) fn attach(core: &Arc<Core>) -> Box<[Arc<CoreRef>]> {
+        let owned: Box<[Arc<CoreRef>]> = (0..core.timer.shard_count())
+            .map(|_| Arc::new(CoreRef(core.clone())))
+            .collect();
+        let weak = owned.iter().map(Arc::downgrade).collect();
+        if core.refs.set(weak).is_err() {
+            crate::task::broken_invariant("a pool core attached twice");
+        }
+        owned
+    }
+
+    /// The reference a future made on this thread keeps; `None` once the pool is gone.
+    pub(crate) fn core_ref(&self, shard: u16) -> Option<Arc<CoreRef>> {
+        self.refs.get()?.get(usize::from(shard))?.upgrade()
     }
 
     pub(crate) fn driver_gone(&self) -> bool {
@@ -142,13 +170,16 @@ impl Core {
     /// Counts the task in, or refuses it (shutdown, saturation) without a trace.
     pub(crate) fn admit(&self) -> Result<(), ScheduleError> {
         // SeqCst increment before the SeqCst lifecycle read: see the ground rules.
-        let before = self.outstanding.fetch_add(1, Ordering::SeqCst);
+        self.counters.admitted();
         if self.lifecycle.load(Ordering::SeqCst) != RUNNING {
             self.task_ended();
             return Err(ScheduleError::Shutdown);
         }
         if let Some(max) = self.max_pending {
-            let pending = before.saturating_sub(self.running.load(Ordering::Relaxed));
+            // Those admitted before us, less those running. Of two admissions at once the later
+            // sum sees both increments (SeqCst), so the bound is never overshot.
+            let before = self.counters.outstanding().wrapping_sub(1);
+            let pending = before.saturating_sub(self.counters.running());
             if pending >= max {
                 self.task_ended();
                 return Err(ScheduleError::Saturated { max_pending: max });
@@ -229,18 +260,18 @@ impl Core {
                 return;
             }
         }
-        self.running.fetch_add(1, Ordering::Relaxed);
+        self.counters.run_started();
         match task.run(env) {
             RunOutcome::NotStarted => {
-                self.running.fetch_sub(1, Ordering::Relaxed);
+                self.counters.run_over();
             }
             // `run_ending` has done the bookkeeping, before the future completed.
             RunOutcome::Finished(_) => {}
             RunOutcome::Rearm { panicked, now } => {
                 if !panicked {
-                    self.completed.fetch_add(1, Ordering::Relaxed);
+                    self.counters.completed();
                 }
-                self.running.fetch_sub(1, Ordering::Relaxed);
+                self.counters.run_over();
                 // `now` was read before the re-arm: an older reading can only send a task that
                 // just came due through the wheel, never run one early. Err: a shutdown stopped
                 // it after its run; `stop_for_shutdown` did the accounting.
@@ -262,17 +293,21 @@ impl Core {
     /// or Shutdown). Runs are counted apart: `completed` per normal return, `panicked` per panic.
     fn count_end(&self, end: End) {
         if matches!(end, End::Cancelled | End::ShutDown) {
-            self.cancelled.fetch_add(1, Ordering::Relaxed);
+            self.counters.cancelled();
         }
     }
 
     /// One admitted task reached a terminal state.
     pub(crate) fn task_ended(&self) {
+        self.counters.ended();
         // SeqCst: pairs with the lifecycle store in `shutdown` (ground rules).
-        if self.outstanding.fetch_sub(1, Ordering::SeqCst) == 1
-            && self.lifecycle.load(Ordering::SeqCst) != RUNNING
-        {
-            self.timer.wake();
+        if self.lifecycle.load(Ordering::SeqCst) != RUNNING {
+            // SeqCst fence: pairs with the one of any other task ending now, so the later of
+            // two sums sees both decrements and the last task out wakes the driver (counters.rs).
+            fence(Ordering::SeqCst);
+            if self.counters.outstanding() == 0 {
+                self.timer.wake();
+            }
         }
     }
 
@@ -281,7 +316,7 @@ impl Core {
     /// The user cancelled `task` through its future or a `CancelHandle`.
     pub(crate) fn on_cancel(&self, task: &TaskRef, outcome: Cancelled) {
         if outcome == Cancelled::Waiting {
-            self.cancelled.fetch_add(1, Ordering::Relaxed);
+            self.counters.cancelled();
             self.task_ended();
             self.timer.cancelled(task);
         }
@@ -409,14 +444,7 @@ impl Core {
     }
 
     pub(crate) fn stats(&self) -> PoolStats {
-        let running = self.running.load(Ordering::Relaxed);
-        PoolStats {
-            pending: self.outstanding().saturating_sub(running),
-            running,
-            completed: self.completed.load(Ordering::Relaxed),
-            cancelled: self.cancelled.load(Ordering::Relaxed),
-            panicked: self.panicked.load(Ordering::Relaxed),
-        }
+        self.counters.stats()
     }
 }
 
@@ -469,15 +497,15 @@ impl RunEnv for Core {
 
     fn run_ending(&self, end: End, ran_ok: bool) {
         if ran_ok {
-            self.completed.fetch_add(1, Ordering::Relaxed);
+            self.counters.completed();
         }
         self.count_end(end);
-        self.running.fetch_sub(1, Ordering::Relaxed);
+        self.counters.run_over();
         self.task_ended();
     }
 
     fn report_panic(&self, payload: Box<dyn Any + Send>) -> String {
-        self.panicked.fetch_add(1, Ordering::Relaxed);
+        self.counters.panicked();
         let message = panic_message(&*payload);
         if let Some(handler) = &self.panic_handler {
             // A panicking handler must not take the worker down with it.

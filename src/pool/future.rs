@@ -4,7 +4,7 @@
 //! pool's core, so keeping it here keeps every import pointing down (pool -> timer -> task ->
 //! wheel).
 
-use super::core::Core;
+use super::core::{Core, CoreRef};
 use crate::error::TaskError;
 use crate::sync::Arc;
 use crate::task::{TaskRef, TaskResult};
@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 #[must_use = "dropping a ScheduledFuture detaches the task; keep it to cancel or join"]
 pub struct ScheduledFuture<T> {
     task: Arc<dyn TaskResult<T>>,
-    core: Arc<Core>,
+    core: Arc<CoreRef>,
 }
 
 /// A cloneable handle that cancels one task from anywhere, while someone else holds its future.
@@ -58,11 +58,11 @@ pub struct ScheduledFuture<T> {
 #[derive(Clone)]
 pub struct CancelHandle {
     task: TaskRef,
-    core: Arc<Core>,
+    core: Arc<CoreRef>,
 }
 
 impl<T: Send + 'static> ScheduledFuture<T> {
-    pub(crate) fn new(task: Arc<dyn TaskResult<T>>, core: Arc<Core>) -> Self {
+    pub(crate) fn new(task: Arc<dyn TaskResult<T>>, core: Arc<CoreRef>) -> Self {
         ScheduledFuture { task, core }
     }
 

@@ -2,6 +2,7 @@
 
 mod builder;
 mod core;
+mod counters;
 mod future;
 mod handle;
 mod hooks;
@@ -9,7 +10,7 @@ mod sleep;
 pub(crate) mod submit;
 pub(crate) mod worker;
 
-pub(crate) use self::core::Core;
+pub(crate) use self::core::{Core, CoreRef};
 pub use builder::Builder;
 pub use future::{CancelHandle, ScheduledFuture};
 pub use handle::Handle;
@@ -53,6 +54,9 @@ pub struct ScheduledThreadPool {
     handle: Handle,
     /// Only `Drop` touches them (with `&mut self`), so no lock.
     threads: Vec<JoinHandle<()>>,
+    /// The per-shard references futures keep to the core (`CoreRef`); the core holds only
+    /// weak ones, so once the pool and every future are gone the core goes too.
+    _refs: Box<[Arc<CoreRef>]>,
 }
 
 /// A snapshot of a pool's counters (each read on its own, so they may be a moment apart).
@@ -128,10 +132,15 @@ impl ScheduledThreadPool {
         Builder::new()
     }
 
-    pub(crate) fn from_parts(core: Arc<Core>, threads: Vec<JoinHandle<()>>) -> Self {
+    pub(crate) fn from_parts(
+        core: Arc<Core>,
+        refs: Box<[Arc<CoreRef>]>,
+        threads: Vec<JoinHandle<()>>,
+    ) -> Self {
         ScheduledThreadPool {
             handle: Handle::owner(core),
             threads,
+            _refs: refs,
         }
     }
 

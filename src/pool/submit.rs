@@ -62,10 +62,12 @@ pub(crate) fn submit_job<J: Job>(
     job: J,
     when: When,
 ) -> Result<ScheduledFuture<J::Output>, ScheduleError> {
-    let cell = Arc::new(TaskCell::new(job, when.deadline, core.timer.home_shard()));
+    let shard = core.timer.home_shard();
+    let owner = core.core_ref(shard).ok_or(ScheduleError::Shutdown)?;
+    let cell = Arc::new(TaskCell::new(job, when.deadline, shard));
     let raw: TaskRef = cell.clone();
     core.submit(&raw, when.now)?;
-    Ok(ScheduledFuture::new(cell, core.clone()))
+    Ok(ScheduledFuture::new(cell, owner))
 }
 
 pub(crate) fn execute<F>(core: &Arc<Core>, f: F) -> Result<(), ScheduleError>

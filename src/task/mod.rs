@@ -16,7 +16,7 @@ pub(crate) mod state;
 pub use pending::PendingTask;
 pub use periodic::{MissedTicks, PeriodicOptions};
 
-pub(crate) use cell::{drop_user, TaskCell};
+pub(crate) use cell::{broken_invariant, drop_user, TaskCell};
 pub(crate) use job::{Job, OneShot};
 
 use crate::error::TaskError;

@@ -161,6 +161,11 @@ impl Timer {
         }
     }
 
+    /// How many shards (a power of two).
+    pub(crate) fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
     /// The calling thread's shard for new tasks.
     pub(crate) fn home_shard(&self) -> u16 {
         // `shards.len()` is a power of two no larger than MAX_SHARDS.

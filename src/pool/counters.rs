@@ -1,0 +1,117 @@
+//! The pool's counters, split by thread: every schedule, cancel and run updates them, and one
+//! shared cache line written by every producer would cost each of them a cache-line transfer per
+//! operation (about 37 ns a write on this project's 2-core machine, against 4.5 ns unshared).
+//!
+//! # Ground rules
+//!
+//! - A thread writes only the cell of its home index (the one that also picks its timer shard):
+//!   producers on different threads never write one line. Readers sum every cell.
+//! - `outstanding` is admitted-minus-ended. A task may be counted in on one cell and out on
+//!   another, so one cell can go "below zero": cells wrap, and only their wrapping sum means
+//!   anything. The sum is exact when nothing moves, and never counts a task admitted before a
+//!   reader's SeqCst load of the lifecycle as gone while it is not (its increment precedes that
+//!   load, every cell load follows it).
+//! - Every `outstanding` change and sum is SeqCst, and the decrement that may be the last after a
+//!   shutdown is followed by `fence(SeqCst)` before its sum: of two tasks ending at once on two
+//!   cells, the later one's sum sees both decrements (see `Core::task_ended`).
+//! - The other counters are statistics: Relaxed, read one by one.
+
+use super::PoolStats;
+use crate::sync::{AtomicU64, AtomicUsize, CachePadded, Ordering};
+
+/// One thread's share of the counters.
+#[derive(Debug, Default)]
+struct Cell {
+    outstanding: AtomicUsize,
+    running: AtomicUsize,
+    completed: AtomicU64,
+    cancelled: AtomicU64,
+    panicked: AtomicU64,
+}
+
+/// The counters behind `PoolStats`, `max_pending` and termination.
+#[derive(Debug)]
+pub(crate) struct Counters {
+    cells: Box<[CachePadded<Cell>]>,
+}
+
+impl Counters {
+    /// `cells` must be a power of two (the timer's shard count).
+    pub(crate) fn new(cells: usize) -> Self {
+        debug_assert!(cells.is_power_of_two());
+        Counters {
+            cells: (0..cells)
+                .map(|_| CachePadded::new(Cell::default()))
+                .collect(),
+        }
+    }
+
+    fn mine(&self) -> &Cell {
+        &self.cells[crate::timer::home::index() & (self.cells.len() - 1)]
+    }
+
+    /// A task was admitted.
+    pub(crate) fn admitted(&self) {
+        // SeqCst: ordered before the admitting thread's lifecycle load (ground rules).
+        self.mine().outstanding.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// An admitted task reached a terminal state (or backed out).
+    pub(crate) fn ended(&self) {
+        // SeqCst: pairs with the sums in `outstanding` (ground rules).
+        self.mine().outstanding.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Tasks admitted and not yet ended.
+    pub(crate) fn outstanding(&self) -> usize {
+        self.cells.iter().fold(0usize, |sum, c| {
+            // SeqCst: pairs with `admitted`/`ended` and the lifecycle store (ground rules).
+            sum.wrapping_add(c.outstanding.load(Ordering::SeqCst))
+        })
+    }
+
+    /// A run starts on the calling worker.
+    pub(crate) fn run_started(&self) {
+        self.mine().running.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A run on the calling worker is over.
+    pub(crate) fn run_over(&self) {
+        self.mine().running.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn completed(&self) {
+        self.mine().completed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn cancelled(&self) {
+        self.mine().cancelled.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn panicked(&self) {
+        self.mine().panicked.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Runs in progress (a snapshot).
+    pub(crate) fn running(&self) -> usize {
+        self.sum(|c| c.running.load(Ordering::Relaxed) as u64) as usize
+    }
+
+    fn sum(&self, read: impl Fn(&Cell) -> u64) -> u64 {
+        self.cells
+            .iter()
+            .fold(0u64, |sum, c| sum.wrapping_add(read(c)))
+    }
+
+    /// A snapshot for `stats()` (each sum read on its own).
+    pub(crate) fn stats(&self) -> PoolStats {
+        let running = self.running();
+        PoolStats {
+            pending: self.outstanding().saturating_sub(running),
+            running,
+            completed: self.sum(|c| c.completed.load(Ordering::Relaxed)),
+            cancelled: self.sum(|c| c.cancelled.load(Ordering::Relaxed)),
+            panicked: self.sum(|c| c.panicked.load(Ordering::Relaxed)),
+        }
+    }
+}
