@@ -27,7 +27,7 @@
 //! - Each worker's `Parker` keeps one token: an unpark that lands between the announcement and the
 //!   park is not lost; a stale token costs one extra look for work.
 
-use crate::sync::{fence, AtomicUsize, Mutex, Ordering, Parker};
+use crate::sync::{fence, AtomicUsize, CachePadded, Mutex, Ordering, Parker};
 
 /// The sleep side of the pool.
 #[derive(Debug)]
@@ -35,9 +35,9 @@ pub(crate) struct Sleep {
     /// Indices of announced sleepers, most recent last (woken LIFO: warm caches first).
     sleepers: Mutex<Vec<usize>>,
     /// `sleepers.len()`, readable without the lock.
-    num_sleeping: AtomicUsize,
+    num_sleeping: CachePadded<AtomicUsize>,
     /// Workers spinning over the queues before they sleep.
-    searching: AtomicUsize,
+    searching: CachePadded<AtomicUsize>,
     parkers: Box<[Parker]>,
 }
 
@@ -45,8 +45,8 @@ impl Sleep {
     pub(crate) fn new(workers: usize) -> Self {
         Sleep {
             sleepers: Mutex::new(Vec::with_capacity(workers)),
-            num_sleeping: AtomicUsize::new(0),
-            searching: AtomicUsize::new(0),
+            num_sleeping: CachePadded::new(AtomicUsize::new(0)),
+            searching: CachePadded::new(AtomicUsize::new(0)),
             parkers: (0..workers).map(|_| Parker::new()).collect(),
         }
     }

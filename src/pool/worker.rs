@@ -40,7 +40,9 @@
 
 use super::core::{Core, Lifecycle};
 use super::sleep::Sleep;
-use crate::sync::{fence, steal_retrying, Arc, AtomicBool, Injector, Ordering, Stealer, Worker};
+use crate::sync::{
+    fence, steal_retrying, Arc, AtomicBool, Injector, Ordering, Steal, Stealer, Worker,
+};
 use crate::task::{RunEnv, TaskRef};
 use std::any::Any;
 use std::cell::{Cell, RefCell};
@@ -306,11 +308,37 @@ fn take_from_queues(
     if let Some(task) = deque.pop() {
         return Some(task);
     }
-    if let Some(task) = from_injector(set, deque) {
-        return Some(task);
-    }
+    steal_anywhere(set, index, deque)
+}
+
+/// The injector, then each sibling, once per round. A queue that answers `Retry` (another
+/// thread was moving its ends) is not spun on: the others are tried first, and only a round
+/// in which some queue said `Retry` goes round again.
+fn steal_anywhere(set: &WorkerSet, index: usize, deque: &Worker<TaskRef>) -> Option<TaskRef> {
     let n = set.stealers.len();
-    (1..n).find_map(|k| steal_retrying(|| set.stealers[(index + k) % n].steal()))
+    loop {
+        let mut retry = false;
+        match set.injector.steal_batch_and_pop(deque) {
+            Steal::Success(task) => {
+                if !set.injector.is_empty() {
+                    set.sleep.notify(1); // more behind it: let a sleeper help
+                }
+                return Some(task);
+            }
+            Steal::Retry => retry = true,
+            Steal::Empty => {}
+        }
+        for k in 1..n {
+            match set.stealers[(index + k) % n].steal() {
+                Steal::Success(task) => return Some(task),
+                Steal::Retry => retry = true,
+                Steal::Empty => {}
+            }
+        }
+        if !retry {
+            return None;
+        }
+    }
 }
 
 /// A batch from the injector into `deque`, one of it popped; wakes a helper if more waits.
