@@ -6,13 +6,15 @@
 //! and no unpark token. Nothing else would ever wake it, so loom reports a deadlock.
 //!
 //! The driver thread runs the steps of `Driver::pass` for a running pool: `mark_awake` (the
-//! `sleep_until = AWAKE` at the top of a pass), `poll_step` (every shard under its lock, noting
-//! its next expiration), `announce_and_check` (store the sleep tick, then re-check every shard
-//! under its lock) and `park` until that tick. It stops once it has seen the earliest inserted
-//! deadline: from then on its real (timed) park would wake in time for every later entry.
+//! `sleep_until = AWAKE` at the top of a pass), `poll_step` (reads every shard's hint, locks the
+//! ones with something due, notes each next expiration), `announce_and_check` (store the sleep
+//! tick, fence, re-read every hint) and `park` until that tick. It stops once it has seen the
+//! earliest inserted deadline: from then on its real (timed) park would wake in time for every
+//! later entry. A producer that lowers a hint fences, then reads the sleep tick.
 //!
-//! The producers insert into different shards (`home::set`), so the driver's re-check of one
-//! shard can come before one producer's insert and after another's.
+//! The producers insert into different shards (`home::set`), so the driver's re-read of one
+//! shard's hint can come before one producer's insert and after another's. Taking out either
+//! fence of the pair makes every model here deadlock (tried).
 
 use super::{model, ModelPool};
 use crate::sync::Arc;

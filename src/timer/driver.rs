@@ -1,12 +1,13 @@
 //! The timer thread: polls the shards' wheels in bounded chunks, hands due tasks to the workers,
 //! and sleeps until the earliest next expiration. It never runs user code.
 //!
-//! One pass: for each shard, take its lock, poll at most `CHUNK` entries due by now, release the
-//! lock, hand them out. If any shard had more, go round again at once; otherwise announce the
-//! sleep tick, re-check every shard under its lock, and park (ground rules in `timer/mod.rs`).
+//! One pass: for each shard whose hint says something is due, take its lock, poll at most
+//! `CHUNK` entries due by now, release the lock, hand them out. If any shard had more, go round
+//! again at once; otherwise announce the sleep tick, fence, re-read every hint, and park (ground
+//! rules in `timer/mod.rs`).
 
 use super::{Gate, Host, Lifecycle, Timer, AWAKE, CHUNK};
-use crate::sync::{Arc, Ordering};
+use crate::sync::{fence, Arc, Ordering};
 use crate::task::{TaskRef, NO_KEY};
 use crate::wheel::Wheel;
 
@@ -114,16 +115,25 @@ impl Driver {
         let now = timer.time.tick_floor(timer.time.now_nanos());
         let mut more = false;
         let mut dispatched = 0;
-        for (i, shard) in timer.shards.iter().enumerate() {
+        for (i, cell) in timer.shards.iter().enumerate() {
+            let hint = cell.hint();
+            if hint.is_none_or(|h| h > now) {
+                // Nothing due there, and no need for its lock: a shard that other threads
+                // keep busy costs the timer nothing. A stale hint is caught when we announce.
+                self.next[i] = hint;
+                continue;
+            }
             {
-                let mut shard = shard.lock();
+                let mut shard = cell.lock();
                 more |= !shard.wheel.poll_expired_bounded(now, CHUNK, &mut self.due);
                 // These left the wheel: clear their keys, so no later unlink can match a
                 // reused slot (the generation check would refuse it anyway, bar 2^32 reuses).
                 for task in &self.due {
                     task.header().set_wheel_key(NO_KEY);
                 }
-                self.next[i] = shard.wheel.next_expiration();
+                let next = shard.wheel.next_expiration();
+                cell.set_hint(&shard, next);
+                self.next[i] = next;
             }
             dispatched += self.dispatch();
         }
@@ -141,7 +151,7 @@ impl Driver {
         n
     }
 
-    /// Announces the sleep tick, then re-checks every shard under its lock (ground rules).
+    /// Announces the sleep tick, then re-reads every shard's hint (ground rules).
     /// `Ok(next)`: park until `next` (`None`: no time limit); `Err(seen)`: something earlier
     /// came in, go round again. Either way the value is the earliest expiration seen.
     pub(crate) fn announce_and_check(&mut self) -> Result<Option<u64>, Option<u64>> {
@@ -149,16 +159,11 @@ impl Driver {
         // A tick of 0 would read as AWAKE; clamp so a producer's comparison stays meaningful.
         let tick = announced.unwrap_or(u64::MAX).max(AWAKE + 1);
         let timer = self.timer();
-        // Relaxed: each shard's unlock below publishes it to that shard's next locker.
         timer.sleep_until.store(tick, Ordering::Relaxed);
-        let mut seen = announced;
-        for shard in timer.shards.iter() {
-            let next = shard.lock().wheel.next_expiration();
-            seen = match (seen, next) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-        }
+        // SeqCst fence: pairs with the one in `Timer::wake_if_before` (ground rules): either
+        // these reads see a producer's lowered hint, or its read of `sleep_until` sees our tick.
+        fence(Ordering::SeqCst);
+        let seen = timer.shards.iter().filter_map(|cell| cell.hint()).min();
         let earlier = match (seen, announced) {
             (Some(s), Some(a)) => s < a,
             (Some(_), None) => true,

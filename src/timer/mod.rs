@@ -24,23 +24,30 @@
 //!   sweep of that shard (and the sweep finds it) or is refused (and the caller stops the task
 //!   itself). No insert slips in behind a sweep.
 //!
-//! **Bounded locked work.** The driver polls each shard with a budget of `CHUNK` entries, hands
+//! **Bounded locked work.** The driver polls each due shard with a budget of `CHUNK` entries, hands
 //! the chunk to the workers after releasing the lock, and moves on to the next shard; a shard with
 //! more due goes round again without sleeping. A storm of a million equal deadlines therefore
 //! comes out a chunk at a time, the first chunk at once, and a timer due in another shard waits
 //! for at most one chunk per shard.
 //!
-//! **Sleep vs. new deadlines** (no lost wake-up, no fence on the insert path).
+//! **Hints.** Each shard keeps, beside its lock, a `hint`: a lower bound on the earliest tick in
+//! its wheel, written only under the lock (an insert below it lowers it; the driver's poll sets
+//! it to the wheel's next expiration; a cancel leaves it, still a lower bound). The driver reads
+//! hints without the lock and locks only shards with something due: a shard that cancellers keep
+//! busy costs the timer thread nothing (issue 10's cancel storm held a due timer up while the
+//! driver queued for such locks).
+//!
+//! **Sleep vs. new deadlines** (no lost wake-up; a fence only on inserts that lower a hint).
 //! - `sleep_until` holds the tick the driver sleeps until, or `AWAKE` while it works. Only the
 //!   driver stores a tick; anyone may CAS it to `AWAKE`, and the winner unparks the driver.
-//! - The driver *announces* its sleep tick, then takes every shard's lock once more and reads
-//!   that wheel's next expiration; only if none is earlier does it park.
-//! - A producer changes a wheel under the shard's lock, unlocks, then reads `sleep_until`; if its
-//!   tick is earlier it wins the CAS and unparks. Mutex acquisitions of one shard are totally
-//!   ordered: if the producer's critical section came before the driver's re-check of that
-//!   shard, the re-check sees the entry and the driver does not park; if after, the driver's
-//!   announcement happened-before the producer's read (announce, unlock, lock), so the producer
-//!   sees that tick (or a later pass's `AWAKE`, and that later pass then sees the entry).
+//! - The driver *announces* its sleep tick (the least hint it saw), then `fence(SeqCst)`, then
+//!   re-reads every hint; only if none is earlier does it park.
+//! - A producer whose insert lowered a hint unlocks, then `fence(SeqCst)`, then reads
+//!   `sleep_until`; if its tick is earlier it wins the CAS and unparks. The two fences make a
+//!   Dekker pair: either the driver's re-read sees the lowered hint (and it does not park), or
+//!   the producer's read sees the announced tick (and wakes it if its own is earlier). An insert
+//!   that did not lower its shard's hint needs nothing: the driver already sleeps until that
+//!   hint or earlier, or was woken by whoever lowered it.
 //! - The parker keeps one token, so an unpark that lands before the park is not lost.
 //! - An idle pool parks without a time limit: no periodic wake-ups.
 
@@ -52,7 +59,7 @@ pub use clock::ManualClock;
 pub(crate) use clock::{duration_nanos, mark_pool_thread, Clock, ClockListener, TimeBase};
 pub(crate) use settle::Settle;
 
-use crate::sync::{AtomicBool, AtomicU64, CachePadded, Mutex, MutexGuard, Ordering, Parker};
+use crate::sync::{fence, AtomicBool, AtomicU64, CachePadded, Mutex, MutexGuard, Ordering, Parker};
 use crate::task::{TaskRef, NO_KEY};
 use crate::wheel::{Key, Wheel};
 
@@ -124,11 +131,48 @@ pub(crate) struct Shard {
     gate: Gate,
 }
 
+/// A shard's lock, and what the timer thread may read of it without the lock.
+#[derive(Debug)]
+pub(crate) struct ShardCell {
+    lock: Mutex<Shard>,
+    /// A lower bound on the earliest tick in the wheel (`u64::MAX`: none). Written only under
+    /// `lock`: lowered by an insert below it, set to the wheel's next expiration by a poll.
+    /// A cancel leaves it alone (it stays a lower bound).
+    hint: AtomicU64,
+}
+
+impl ShardCell {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Shard> {
+        self.lock.lock()
+    }
+
+    /// The hint, read without the lock (see the ground rules).
+    pub(crate) fn hint(&self) -> Option<u64> {
+        // Relaxed: a stale value is caught by the fence pair of the sleep protocol.
+        let hint = self.hint.load(Ordering::Relaxed);
+        (hint != u64::MAX).then_some(hint)
+    }
+
+    /// Under the lock, after a poll: the wheel's next expiration.
+    pub(crate) fn set_hint(&self, _locked: &Shard, next: Option<u64>) {
+        self.hint.store(next.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// Under the lock, after an insert at `tick`: lowers the hint; true if it did.
+    fn lower_hint(&self, _locked: &Shard, tick: u64) -> bool {
+        let lowered = tick < self.hint.load(Ordering::Relaxed);
+        if lowered {
+            self.hint.store(tick, Ordering::Relaxed);
+        }
+        lowered
+    }
+}
+
 /// What producers share with the timer thread.
 #[derive(Debug)]
 pub(crate) struct Timer {
     pub(crate) time: TimeBase,
-    pub(crate) shards: Box<[CachePadded<Mutex<Shard>>]>,
+    pub(crate) shards: Box<[CachePadded<ShardCell>]>,
     sleep_until: CachePadded<AtomicU64>,
     parker: Parker,
     /// Only with a manual clock: how `ManualClock::advance` waits for the pool to settle.
@@ -148,10 +192,13 @@ impl Timer {
             time,
             shards: (0..n)
                 .map(|_| {
-                    CachePadded::new(Mutex::new(Shard {
-                        wheel: Wheel::new(),
-                        gate: Gate::Open,
-                    }))
+                    CachePadded::new(ShardCell {
+                        lock: Mutex::new(Shard {
+                            wheel: Wheel::new(),
+                            gate: Gate::Open,
+                        }),
+                        hint: AtomicU64::new(u64::MAX),
+                    })
                 })
                 .collect(),
             sleep_until: CachePadded::new(AtomicU64::new(AWAKE)),
@@ -172,32 +219,35 @@ impl Timer {
         (home::index() & (self.shards.len() - 1)) as u16
     }
 
-    fn shard_of(&self, task: &TaskRef) -> MutexGuard<'_, Shard> {
-        self.shards[usize::from(task.header().shard())].lock()
+    fn cell_of(&self, task: &TaskRef) -> &ShardCell {
+        &self.shards[usize::from(task.header().shard())]
     }
 
     /// Puts a `SCHEDULED` task in its shard's wheel for the deadline in its header. `Err` if the
     /// shard's gate refuses it (the pool is shutting down): the caller stops the task.
     pub(crate) fn submit(&self, task: &TaskRef) -> Result<(), Refused> {
         let tick = self.time.tick_ceil(task.header().deadline());
-        let mut shard = self.shard_of(task);
+        let cell = self.cell_of(task);
+        let mut shard = cell.lock();
         if !shard.gate.admits(task) {
             return Err(Refused);
         }
         insert_unless_cancelled(&mut shard.wheel, tick, task);
+        let lowered = cell.lower_hint(&shard, tick);
         drop(shard);
         if let Some(s) = &self.settle {
             s.inserted();
         }
-        // After the unlock: see "Sleep vs. new deadlines" in the ground rules.
-        self.wake_if_before(tick);
+        if lowered {
+            self.wake_if_before(tick); // see "Sleep vs. new deadlines" in the ground rules
+        }
         Ok(())
     }
 
     /// A waiting task was cancelled: its wheel entry is unlinked and its memory freed now, on
     /// the cancelling thread.
     pub(crate) fn cancelled(&self, task: &TaskRef) {
-        let mut shard = self.shard_of(task);
+        let mut shard = self.cell_of(task).lock();
         let removed = unlink(&mut shard.wheel, task);
         if shard.wheel.is_empty() && shard.wheel.capacity() > RELEASE_AT {
             shard.wheel.shrink_to_fit(); // O(1) for an empty wheel
@@ -216,7 +266,8 @@ impl Timer {
     /// the state after our check unlinks the moved entry by its new key once we unlock.
     pub(crate) fn reset(&self, task: &TaskRef, deadline: u64, rebase: impl FnOnce()) -> bool {
         let tick = self.time.tick_ceil(deadline);
-        let mut shard = self.shard_of(task);
+        let cell = self.cell_of(task);
+        let mut shard = cell.lock();
         if !task.header().state.is_scheduled() || !shard.gate.admits(task) {
             // A shard closed to this task is being swept by a shutdown: the task will not run
             // (again), so there is nothing to move, and the sweep must find it where it is.
@@ -229,17 +280,22 @@ impl Timer {
         rebase();
         let key = shard.wheel.insert(tick, entry);
         task.header().set_wheel_key(key.to_u64());
+        let lowered = cell.lower_hint(&shard, tick);
         drop(shard);
         if let Some(s) = &self.settle {
             s.inserted();
         }
-        self.wake_if_before(tick);
+        if lowered {
+            self.wake_if_before(tick);
+        }
         true
     }
 
-    /// Wakes the driver if it sleeps past `tick`.
+    /// After an insert lowered its shard's hint to `tick`: wakes the driver if it sleeps past it.
     fn wake_if_before(&self, tick: u64) {
-        // Relaxed: the shard lock orders this read after the driver's announcement (ground rules).
+        // SeqCst fence: pairs with the one in `Driver::announce_and_check` (ground rules): the
+        // driver's re-read of the hints sees our lowered hint, or this read sees its tick.
+        fence(Ordering::SeqCst);
         let mut sleeping = self.sleep_until.load(Ordering::Relaxed);
         while tick < sleeping {
             match self.sleep_until.compare_exchange_weak(
