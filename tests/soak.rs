@@ -46,6 +46,8 @@ struct Counters {
     periodic_rejected: AtomicU64,
     periodic_runs: AtomicU64,
     periodic_ran_by_caller: AtomicU64,
+    /// `reset` calls that moved a waiting task.
+    resets: AtomicU64,
     /// Runs in the pool that returned normally / panicked.
     pool_runs_ok: AtomicU64,
     pool_runs_panicked: AtomicU64,
@@ -150,12 +152,26 @@ impl Producer {
                 let period = ms(self.rng.gen_range(1..5));
                 self.periodic(move |p, f| p.schedule_at_fixed_rate(f, delay, period))
             }
-            75..=79 => {
+            75..=77 => {
                 let period = ms(self.rng.gen_range(1..5));
                 self.periodic(move |p, f| p.schedule_with_fixed_delay(f, delay, period))
             }
-            80..=94 => {
+            78..=79 => {
+                let period = ms(self.rng.gen_range(1..5));
+                self.periodic(move |p, mut f| {
+                    let dynamic = move || {
+                        f();
+                        Some(period)
+                    };
+                    p.schedule_with_dynamic_delay(dynamic, delay)
+                })
+            }
+            80..=91 => {
                 self.cancel_one();
+                Ok(())
+            }
+            92..=94 => {
+                self.reset_one(delay);
                 Ok(())
             }
             _ => {
@@ -229,6 +245,18 @@ impl Producer {
     }
 
     /// Cancels a random kept task.
+    /// Moves a kept task's next run (true only while it waits; either way it still ends one
+    /// way, which the books check).
+    fn reset_one(&mut self, delay: Duration) {
+        if self.kept.is_empty() {
+            return;
+        }
+        let i = self.rng.gen_range(0..self.kept.len());
+        if self.kept[i].1.reset(delay) {
+            self.c.resets.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     fn cancel_one(&mut self) {
         if let Some((kind, f, dropped)) = self.take_random() {
             self.cancel(kind, f, &dropped);
@@ -404,7 +432,7 @@ impl Counters {
         let g = |a: &AtomicU64| a.load(Ordering::SeqCst);
         format!(
             "{} one-shots (ran {}, cancelled {}, handed back {}, refused {}); {} periodic tasks \
-             ({} runs, {} refused, {} handed back); {} saturated refusals; {} pool runs ok, {} \
+             ({} runs, {} refused, {} handed back); {} resets; {} saturated refusals; {} pool runs ok, {} \
              panicked; captures made {}, dropped {}, most alive at once {}; late drops {}; bad \
              outcomes {}",
             g(&self.oneshots),
@@ -416,6 +444,7 @@ impl Counters {
             g(&self.periodic_runs),
             g(&self.periodic_rejected),
             g(&self.periodic_ran_by_caller),
+            g(&self.resets),
             g(&self.saturated),
             g(&self.pool_runs_ok),
             g(&self.pool_runs_panicked),
