@@ -50,8 +50,10 @@
 //!   [`Builder::tick`]); a task never starts before its deadline.
 //! - **Lateness** is the wait for the next tick plus the timer thread's wake-up plus the hand-off
 //!   to a worker. Measured on a 2-core machine firing 100 000 timers within a second (W3 in
-//!   BENCHMARKS.md): about 0.64 ms at the median and 1.4-1.5 ms at p99 with the 1 ms tick, and
-//!   0.14 ms / 0.25-0.32 ms with a 100 us tick. Pick the tick for the precision you need.
+//!   BENCHMARKS.md): about 0.65 ms at the median and 1.2-1.3 ms at p99 with the 1 ms tick, and
+//!   0.13-0.15 ms / 0.27-0.77 ms with a 100 us tick. A million timers due at one instant start
+//!   about 1 ms late and all have run some 125 ms later (W8). Pick the tick for the precision
+//!   you need.
 //! - **Fixed rate** runs on the grid `start + initial + k * period` with no drift; a run that
 //!   overruns delays the next one; missed runs follow [`MissedTicks`]. **Fixed delay** plans each
 //!   run `delay` after the previous one returned. Runs of one task never overlap.
