@@ -6,32 +6,18 @@
 
 #![cfg(not(wheelpool_loom))]
 
+mod manual_common;
+use manual_common::bounded;
+
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::thread;
 use std::time::Duration;
 use wheelpool::{ScheduledThreadPool, TaskError};
 
 const LONG: Duration = Duration::from_secs(20);
-
-fn bounded(body: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = mpsc::channel();
-    let worker = thread::spawn(move || {
-        body();
-        let _ = tx.send(());
-    });
-    match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(()) => worker.join().unwrap(),
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(p) = worker.join() {
-                std::panic::resume_unwind(p);
-            }
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("test body hung for 60 s"),
-    }
-}
 
 #[derive(Default)]
 struct Probe {

@@ -5,8 +5,11 @@
 
 #![cfg(not(wheelpool_loom))]
 
+mod manual_common;
+use manual_common::bounded;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 use wheelpool::{
@@ -15,23 +18,6 @@ use wheelpool::{
 };
 
 const LONG: Duration = Duration::from_secs(30);
-
-fn bounded(body: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = mpsc::channel();
-    let worker = thread::spawn(move || {
-        body();
-        let _ = tx.send(());
-    });
-    match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(()) => worker.join().unwrap(),
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(p) = worker.join() {
-                std::panic::resume_unwind(p);
-            }
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("test body hung for 60 s"),
-    }
-}
 
 /// Counts closures made and dropped: every closure is dropped exactly once, whatever happened.
 #[derive(Default)]

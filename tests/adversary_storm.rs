@@ -8,6 +8,9 @@
 
 #![cfg(not(wheelpool_loom))]
 
+mod manual_common;
+use manual_common::bounded;
+
 use cap::Cap;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -40,24 +43,6 @@ fn seed() -> u64 {
                 .unwrap()
                 .as_nanos() as u64
         })
-}
-
-/// Runs `body` on its own thread and fails if it panics or hangs past `LONG`.
-fn bounded(body: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = mpsc::channel();
-    let worker = thread::spawn(move || {
-        body();
-        let _ = tx.send(());
-    });
-    match rx.recv_timeout(LONG) {
-        Ok(()) => worker.join().unwrap(),
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(p) = worker.join() {
-                std::panic::resume_unwind(p);
-            }
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("test body hung for {LONG:?}"),
-    }
 }
 
 /// Waits for `f` with a generous bound; a hang is a lost task.

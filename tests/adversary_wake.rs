@@ -5,6 +5,9 @@
 
 #![cfg(not(wheelpool_loom))]
 
+mod manual_common;
+use manual_common::bounded;
+
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
 use std::thread;
@@ -12,23 +15,6 @@ use std::time::{Duration, Instant};
 use wheelpool::ScheduledThreadPool;
 
 const LONG: Duration = Duration::from_secs(20);
-
-fn bounded(body: impl FnOnce() + Send + 'static) {
-    let (tx, rx) = mpsc::channel();
-    let worker = thread::spawn(move || {
-        body();
-        let _ = tx.send(());
-    });
-    match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(()) => worker.join().unwrap(),
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            if let Err(p) = worker.join() {
-                std::panic::resume_unwind(p);
-            }
-        }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("test body hung for 60 s"),
-    }
-}
 
 /// Eight threads (eight shards) each schedule a 0-1500 us timer and wait for it, 300 times,
 /// while one far timer keeps the wheel non-empty (so the timer thread parks with a deadline in
