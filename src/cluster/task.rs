@@ -268,7 +268,9 @@ impl Shared {
                 if self.spec.survive_panics {
                     self.plan(wait);
                 } else {
-                    self.end(Err(TaskError::Panicked(panic_message(&*payload))));
+                    self.end(Err(TaskError::Panicked(crate::pool::panic_message(
+                        &*payload,
+                    ))));
                 }
                 // The pool reports it to its panic handler, as for any task.
                 panic::resume_unwind(payload);
@@ -374,17 +376,6 @@ impl Shared {
                 }
             }
         }
-    }
-}
-
-/// The text of a panic payload.
-fn panic_message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-string panic payload".to_owned()
     }
 }
 

@@ -10,6 +10,8 @@ mod sleep;
 pub(crate) mod submit;
 pub(crate) mod worker;
 
+#[cfg(feature = "postgres")]
+pub(crate) use self::core::panic_message;
 pub(crate) use self::core::{Core, CoreRef};
 pub use builder::Builder;
 pub use future::{CancelHandle, ScheduledFuture};
