@@ -62,7 +62,11 @@ pub(crate) fn submit_job<J: Job>(
     job: J,
     when: When,
 ) -> Result<ScheduledFuture<J::Output>, ScheduleError> {
-    let shard = core.timer.home_shard();
+    let shard = if J::PERIODIC {
+        core.timer.spread_shard()
+    } else {
+        core.timer.home_shard()
+    };
     let owner = core.core_ref(shard).ok_or(ScheduleError::Shutdown)?;
     let cell = Arc::new(TaskCell::new(job, when.deadline, shard));
     let raw: TaskRef = cell.clone();

@@ -219,6 +219,14 @@ impl Timer {
         (home::index() & (self.shards.len() - 1)) as u16
     }
 
+    /// The shard for a new periodic task: the calling thread deals its periodic tasks over all
+    /// shards in turn. A periodic task is re-armed by whichever worker ran it, so its creator's
+    /// shard buys nothing, and ten thousand heartbeats created by one thread would otherwise make
+    /// every worker's re-arm and the timer thread's polls queue for one lock.
+    pub(crate) fn spread_shard(&self) -> u16 {
+        ((home::index().wrapping_add(home::next_spread())) & (self.shards.len() - 1)) as u16
+    }
+
     fn cell_of(&self, task: &TaskRef) -> &ShardCell {
         &self.shards[usize::from(task.header().shard())]
     }
@@ -394,5 +402,23 @@ pub(crate) mod home {
     /// Sets the calling thread's home (a worker takes its own index).
     pub(crate) fn set(index: usize) {
         HOME.with(|h| h.set(index));
+    }
+
+    #[cfg(not(wheelpool_loom))]
+    std::thread_local! {
+        static SPREAD: Cell<usize> = const { Cell::new(0) };
+    }
+    #[cfg(wheelpool_loom)]
+    loom::thread_local! {
+        static SPREAD: Cell<usize> = Cell::new(0);
+    }
+
+    /// A per-thread count of periodic tasks dealt (see `Timer::spread_shard`).
+    pub(crate) fn next_spread() -> usize {
+        SPREAD.with(|s| {
+            let n = s.get();
+            s.set(n.wrapping_add(1));
+            n
+        })
     }
 }
