@@ -271,16 +271,12 @@ impl ModelPool {
     }
 
     /// `Core::submit` of a prepared task as if its deadline were later than now: admit, then
-    /// into its shard's wheel (`Timer::submit`, `Core::route`'s wheel path), then the recheck.
+    /// into its shard's wheel (`Core::insert`, `Core::route`'s wheel path).
     /// How a task due at tick 0 gets into a wheel (`submit` would skip the wheel), so a driver
     /// pass finds it due.
     pub(super) fn insert(&self, task: &TaskRef) -> Result<(), ScheduleError> {
         self.core.admit()?;
-        if self.core.timer.submit(task).is_err() {
-            self.core.stop_for_shutdown(task);
-            return Err(ScheduleError::Shutdown);
-        }
-        self.core.recheck_stop(task)
+        self.core.insert(task)
     }
 
     /// The body of worker thread `index` (`worker::run`); returns once the pool stops.

@@ -1,4 +1,4 @@
-//! Shutdown racing schedule (`src/pool/core.rs` `admit`/`route`/`recheck_stop`/`shutdown_now`,
+//! Shutdown racing schedule (`src/pool/core.rs` `admit`/`route`/`insert`/`recheck_stop`/`shutdown_now`,
 //! with the real worker loop and the real timer thread).
 //!
 //! Every task is exactly one of: rejected with `Shutdown`, run, or returned by `shutdown_now`.

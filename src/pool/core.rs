@@ -163,8 +163,7 @@ impl Core {
     /// `now` is the clock reading the task's deadline was computed from.
     pub(crate) fn submit(&self, task: &TaskRef, now: u64) -> Result<(), ScheduleError> {
         self.admit()?;
-        self.route(task, now)?;
-        self.recheck_stop(task)
+        self.route(task, now)
     }
 
     /// Counts the task in, or refuses it (shutdown, saturation) without a trace.
@@ -188,25 +187,33 @@ impl Core {
         Ok(())
     }
 
-    /// Due now: straight to a run queue (skipping the wheel). Later: into its shard's wheel,
-    /// unless the shard is closed to it by a shutdown; then the task is stopped here.
+    /// Due now: straight to a run queue (skipping the wheel), then a second look at the
+    /// lifecycle. Later: into its shard's wheel.
     fn route(&self, task: &TaskRef, now: u64) -> Result<(), ScheduleError> {
         if task.header().deadline() <= now {
             self.push_ready(task.clone());
-        } else if self.timer.submit(task).is_err() {
+            self.recheck_stop(task)
+        } else {
+            self.insert(task)
+        }
+    }
+
+    /// Into its shard's wheel, unless the shard is closed to it by a shutdown; then the task is
+    /// stopped here and the schedule fails. No second look at the lifecycle is needed: the
+    /// shard's gate and lock order the insert against the timer thread's stop (ground rules).
+    pub(crate) fn insert(&self, task: &TaskRef) -> Result<(), ScheduleError> {
+        if self.timer.submit(task).is_err() {
             self.stop_for_shutdown(task);
             return Err(ScheduleError::Shutdown);
         }
         Ok(())
     }
 
-    /// After a push: if `shutdown_now` may have swept already, try to take the task back.
-    pub(crate) fn recheck_stop(&self, task: &TaskRef) -> Result<(), ScheduleError> {
+    /// After a run-queue push: if `shutdown_now` may have swept already, take the task back.
+    fn recheck_stop(&self, task: &TaskRef) -> Result<(), ScheduleError> {
         // A run-queue push (`push_ready`) ends with the SeqCst fence in `Sleep::notify`, so this
         // SeqCst load is ordered after the push: it pairs with the SeqCst lifecycle store in
-        // `shutdown_now` (ground rules). A wheel insert needs no such look (the shard's gate and
-        // lock order it against the timer thread's stop); taking the task back here is harmless
-        // too, as its CAS decides between this and the timer's hand-back.
+        // `shutdown_now` (ground rules).
         if self.lifecycle.load(Ordering::SeqCst) == STOP && self.stop_for_shutdown(task) {
             return Err(ScheduleError::Shutdown);
         }
@@ -275,9 +282,7 @@ impl Core {
                 // `now` was read before the re-arm: an older reading can only send a task that
                 // just came due through the wheel, never run one early. Err: a shutdown stopped
                 // it after its run; `stop_for_shutdown` did the accounting.
-                if self.route(task, now).is_ok() {
-                    let _ = self.recheck_stop(task);
-                }
+                let _ = self.route(task, now);
             }
         }
         self.settle_left_pool();

@@ -126,11 +126,7 @@ impl Driver {
             {
                 let mut shard = cell.lock();
                 more |= !shard.wheel.poll_expired_bounded(now, CHUNK, &mut self.due);
-                // These left the wheel: clear their keys, so no later unlink can match a
-                // reused slot (the generation check would refuse it anyway, bar 2^32 reuses).
-                for task in &self.due {
-                    task.header().set_wheel_key(NO_KEY);
-                }
+                clear_keys(&self.due);
                 let next = shard.wheel.next_expiration();
                 cell.set_hint(&shard, next);
                 self.next[i] = next;
@@ -193,9 +189,10 @@ impl Driver {
     fn sweep_step(&mut self) -> bool {
         let host = self.host.clone();
         let timer = host.timer();
-        let sweep = self
+        let mut sweep = self
             .sweep
-            .get_or_insert_with(|| vec![Some(0); timer.shards.len()]);
+            .take()
+            .unwrap_or_else(|| vec![Some(0); timer.shards.len()]);
         let mut more = false;
         for (i, shard) in timer.shards.iter().enumerate() {
             let Some(from) = sweep[i] else { continue };
@@ -210,16 +207,12 @@ impl Driver {
                     |t| t.header().is_periodic(),
                     &mut self.due,
                 );
-                for task in &self.due {
-                    task.header().set_wheel_key(NO_KEY);
-                }
+                clear_keys(&self.due);
             }
             more |= sweep[i].is_some();
-            if !self.due.is_empty() {
-                host.dispatch(&mut self.due);
-                self.due.clear();
-            }
+            self.dispatch();
         }
+        self.sweep = Some(sweep);
         more
     }
 
@@ -239,5 +232,13 @@ impl Driver {
             wheel.drain(&mut all);
         }
         host.hand_back(all);
+    }
+}
+
+/// Tasks that just left a wheel (under its lock): clear their keys, so no later unlink can match
+/// a reused slot (the generation check would refuse it anyway, bar 2^32 reuses).
+fn clear_keys(tasks: &[TaskRef]) {
+    for task in tasks {
+        task.header().set_wheel_key(NO_KEY);
     }
 }

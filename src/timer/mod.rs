@@ -241,15 +241,22 @@ impl Timer {
             return Err(Refused);
         }
         insert_unless_cancelled(&mut shard.wheel, tick, task);
+        self.inserted(cell, shard, tick);
+        Ok(())
+    }
+
+    /// The tail of every insert (a submit or a reset's move) at `tick`, still holding the
+    /// shard's lock: lower the hint, unlock, count the insert for a manual clock's settle, and
+    /// wake the driver if the hint went down (see "Sleep vs. new deadlines" in the ground rules).
+    fn inserted(&self, cell: &ShardCell, shard: MutexGuard<'_, Shard>, tick: u64) {
         let lowered = cell.lower_hint(&shard, tick);
         drop(shard);
         if let Some(s) = &self.settle {
             s.inserted();
         }
         if lowered {
-            self.wake_if_before(tick); // see "Sleep vs. new deadlines" in the ground rules
+            self.wake_if_before(tick);
         }
-        Ok(())
     }
 
     /// A waiting task was cancelled: its wheel entry is unlinked and its memory freed now, on
@@ -288,14 +295,7 @@ impl Timer {
         rebase();
         let key = shard.wheel.insert(tick, entry);
         task.header().set_wheel_key(key.to_u64());
-        let lowered = cell.lower_hint(&shard, tick);
-        drop(shard);
-        if let Some(s) = &self.settle {
-            s.inserted();
-        }
-        if lowered {
-            self.wake_if_before(tick);
-        }
+        self.inserted(cell, shard, tick);
         true
     }
 
