@@ -22,21 +22,24 @@ mod benches {
     }
 
     /// Schedules `iters` one-hour timers (timed), then cancels them (untimed).
+    fn schedule_timed(pool: &ScheduledThreadPool, iters: u64) -> Duration {
+        let mut futures = Vec::with_capacity(iters as usize);
+        let start = Instant::now();
+        for _ in 0..iters {
+            futures.push(pool.schedule(|| (), HOUR).expect("schedule"));
+        }
+        let took = start.elapsed();
+        for f in &futures {
+            f.cancel();
+        }
+        took
+    }
+
+    /// `schedule_timed` on an otherwise idle pool.
     fn schedule(c: &mut Criterion) {
         let pool = pool();
         c.bench_function("schedule_1h", |b| {
-            b.iter_custom(|iters| {
-                let mut futures = Vec::with_capacity(iters as usize);
-                let start = Instant::now();
-                for _ in 0..iters {
-                    futures.push(pool.schedule(|| (), HOUR).expect("schedule"));
-                }
-                let took = start.elapsed();
-                for f in &futures {
-                    f.cancel();
-                }
-                took
-            })
+            b.iter_custom(|iters| schedule_timed(&pool, iters))
         });
     }
 
@@ -58,18 +61,7 @@ mod benches {
         let mut group = c.benchmark_group("pending_1m");
         group.bench_function("schedule", |b| {
             pending.get_or_init(fill);
-            b.iter_custom(|iters| {
-                let mut futures = Vec::with_capacity(iters as usize);
-                let start = Instant::now();
-                for _ in 0..iters {
-                    futures.push(pool.schedule(|| (), HOUR).expect("schedule"));
-                }
-                let took = start.elapsed();
-                for f in &futures {
-                    f.cancel();
-                }
-                took
-            })
+            b.iter_custom(|iters| schedule_timed(&pool, iters))
         });
         let mut next = 0;
         group.bench_function("reset", |b| {
