@@ -56,6 +56,9 @@ mod imp {
         pub(crate) fn lock(&self) -> MutexGuard<'_, T> {
             self.0.lock().unwrap()
         }
+        pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+            self.0.try_lock().ok()
+        }
     }
 
     /// A parking_lot-shaped condvar over loom's. Timed waits never time out under loom.

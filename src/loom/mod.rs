@@ -23,6 +23,7 @@ mod shutdown;
 mod sleep;
 mod task;
 mod timer;
+mod watch;
 
 use crate::error::ScheduleError;
 use crate::pool::worker::{self, WorkerSet};
@@ -313,12 +314,14 @@ impl ModelPool {
         self.core.workers.sleep.notify(1)
     }
 
-    /// An idle worker's sleep, exactly as `worker::run` calls it.
+    /// An idle worker's sleep, as `worker::run` calls it when it does not watch the timer.
     pub(super) fn sleep(&self, index: usize) {
         let core = &self.core;
-        core.workers.sleep.sleep(index, || {
-            core.workers.has_work() || core.worker_should_exit()
-        });
+        core.workers.sleep.sleep(
+            index,
+            || core.workers.has_work() || core.worker_should_exit(),
+            None,
+        );
     }
 
     /// The timer thread's body (`driver::run`), then its exit bookkeeping, as the builder's

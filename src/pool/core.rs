@@ -247,6 +247,26 @@ impl Core {
         self.workers.sleep.notify(n);
     }
 
+    /// The watcher's due tasks (`worker::poll_due`), onto the calling worker's deque: it runs
+    /// them itself, and wakes a sleeper only for more than one.
+    pub(crate) fn push_due(&self, due: &mut Vec<TaskRef>) {
+        let n = due.len();
+        for task in due.drain(..) {
+            if let Err(task) = worker::push_local(self, task) {
+                self.workers.injector.push(task);
+            }
+        }
+        if n > 1 {
+            self.workers.sleep.notify(n - 1);
+        }
+    }
+
+    /// True if an idle worker may watch the timer's next tick: a real clock (a manual one is
+    /// settled by the timer thread alone) and a running pool.
+    pub(crate) fn may_watch(&self) -> bool {
+        self.timer.settle.is_none() && self.lifecycle() == Lifecycle::Running
+    }
+
     // ---- running ----------------------------------------------------------------------------
 
     /// Runs one task on the calling thread and does the bookkeeping for what became of it (the
@@ -477,6 +497,10 @@ impl Host for Core {
 
     fn drained(&self) -> bool {
         self.outstanding() == 0
+    }
+
+    fn nudge_watcher(&self) -> bool {
+        self.workers.sleep.nudge()
     }
 }
 

@@ -26,8 +26,37 @@
 //!   arrived while it searched does not wait for it to finish its task.
 //! - Each worker's `Parker` keeps one token: an unpark that lands between the announcement and the
 //!   park is not lost; a stale token costs one extra look for work.
+//! - At most one sleeper at a time is the timer's *watcher* (`watcher`, taken by CAS): it parks
+//!   until the tick the timer thread sleeps until (see "The watcher" in `timer/mod.rs`). It
+//!   registers before the timer's fence in `Timer::watch_tick`, so a driver that does not see the
+//!   registration has its tick read by the watcher. A nudge (`nudge`) unparks the watcher without
+//!   taking it off `sleepers`; a pusher's wake takes it off. So on waking the watcher tells them
+//!   apart under `sleepers`' lock: still listed and not at its deadline means a nudge (or a stale
+//!   token), and it reads the tick again and parks; taken off means work. Either way the lost
+//!   wake-up argument above is unchanged: the watcher stays announced while it re-parks.
 
 use crate::sync::{fence, AtomicUsize, CachePadded, Mutex, Ordering, Parker};
+use std::time::Instant;
+
+/// `watcher` when no worker watches.
+const NONE: usize = usize::MAX;
+
+/// What the watcher asks of the timer (implemented over the pool's core).
+pub(crate) trait Watch {
+    /// Registers the watch and returns the instant to park until (`None`: until nudged).
+    fn until(&self) -> Option<Instant>;
+    /// The watch is over.
+    fn unwatch(&self);
+}
+
+/// Why a sleeping worker woke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Woke {
+    /// Work may be waiting (or the pool is ending): look for it.
+    Work,
+    /// The watcher's tick came: poll the timer's due shards first.
+    Due,
+}
 
 /// The sleep side of the pool.
 #[derive(Debug)]
@@ -38,6 +67,8 @@ pub(crate) struct Sleep {
     num_sleeping: CachePadded<AtomicUsize>,
     /// Workers spinning over the queues before they sleep.
     searching: CachePadded<AtomicUsize>,
+    /// The sleeper that watches the timer's next tick (`NONE`: nobody).
+    watcher: CachePadded<AtomicUsize>,
     parkers: Box<[Parker]>,
 }
 
@@ -47,12 +78,21 @@ impl Sleep {
             sleepers: Mutex::new(Vec::with_capacity(workers)),
             num_sleeping: CachePadded::new(AtomicUsize::new(0)),
             searching: CachePadded::new(AtomicUsize::new(0)),
+            watcher: CachePadded::new(AtomicUsize::new(NONE)),
             parkers: (0..workers).map(|_| Parker::new()).collect(),
         }
     }
 
     /// Puts worker `index` to sleep unless `has_work()` says otherwise after the announcement.
-    pub(crate) fn sleep(&self, index: usize, has_work: impl Fn() -> bool) {
+    /// With `watch` (a running pool on a real clock) the worker may become the watcher: then
+    /// `watch()` registers it with the timer and gives the instant to park until, and
+    /// `Woke::Due` says that instant came (ground rules).
+    pub(crate) fn sleep(
+        &self,
+        index: usize,
+        has_work: impl Fn() -> bool,
+        watch: Option<&dyn Watch>,
+    ) -> Woke {
         {
             let mut sleepers = self.sleepers.lock();
             sleepers.push(index);
@@ -60,10 +100,56 @@ impl Sleep {
         }
         // SeqCst fence: pairs with the fence in `notify` (ground rules above).
         fence(Ordering::SeqCst);
+        let mut woke = Woke::Work;
         if !has_work() {
-            self.parkers[index].park(None);
+            match watch.filter(|_| self.become_watcher(index)) {
+                Some(watch) => {
+                    woke = self.watch(index, &has_work, watch);
+                    watch.unwatch();
+                    // Release: the next watcher's CAS follows our last look.
+                    self.watcher.store(NONE, Ordering::Release);
+                }
+                None => self.parkers[index].park(None),
+            }
         }
         self.withdraw(index);
+        woke
+    }
+
+    /// True if worker `index` became the watcher.
+    pub(crate) fn become_watcher(&self, index: usize) -> bool {
+        // SeqCst: the registration precedes the timer's fence in `Timer::watch_tick` (ground
+        // rules); Acquire would do for the hand-over between watchers alone.
+        self.watcher
+            .compare_exchange(NONE, index, Ordering::SeqCst, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// The watcher parks until its tick, again after each nudge.
+    fn watch(&self, index: usize, has_work: &impl Fn() -> bool, watch: &dyn Watch) -> Woke {
+        loop {
+            let deadline = watch.until();
+            self.parkers[index].park(deadline);
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Woke::Due;
+            }
+            let listed = self.sleepers.lock().contains(&index);
+            if !listed || has_work() {
+                return Woke::Work; // a pusher's wake (or shutdown's), not a nudge
+            }
+        }
+    }
+
+    /// The timer thread will sleep until an earlier tick than the watcher watches: make it read
+    /// the tick again. False if nobody watches.
+    pub(crate) fn nudge(&self) -> bool {
+        // Relaxed: ordered after the timer's fence by the driver (ground rules).
+        let watcher = self.watcher.load(Ordering::Relaxed);
+        if watcher == NONE {
+            return false;
+        }
+        self.parkers[watcher].unpark();
+        true
     }
 
     /// Removes `index` from the sleepers if a waker has not already done so.

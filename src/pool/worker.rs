@@ -39,13 +39,14 @@
 //! skips that worker's own flag: the worker is busy in that call, not taking anything.
 
 use super::core::{Core, Lifecycle};
-use super::sleep::Sleep;
+use super::sleep::{Sleep, Watch, Woke};
 use crate::sync::{
     fence, steal_retrying, Arc, AtomicBool, Injector, Ordering, Steal, Stealer, Worker,
 };
 use crate::task::{RunEnv, TaskRef};
 use std::any::Any;
 use std::cell::{Cell, RefCell};
+use std::time::Instant;
 
 /// Rounds of looking for work before a worker announces itself as a sleeper. Each round spins a
 /// little longer; the last few yield the CPU. Short: an idle pool must not burn CPU.
@@ -219,12 +220,53 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
             Found::Stop => break,
             Found::Nothing => {}
         }
-        core.workers.sleep.sleep(index, || {
-            core.workers.has_work() || core.worker_should_exit()
-        });
+        let watch = TimerWatch(&core);
+        let watching = core.may_watch().then_some(&watch as &dyn Watch);
+        let woke = core.workers.sleep.sleep(
+            index,
+            || core.workers.has_work() || core.worker_should_exit(),
+            watching,
+        );
+        if woke == Woke::Due {
+            poll_due(&core, index);
+        }
     }
     // Anything left in the local deque stays reachable through its stealer for shutdown_now.
     LOCAL.with(|l| l.borrow_mut().take());
+}
+
+/// The watcher's view of the timer (see "The watcher" in `timer/mod.rs`).
+struct TimerWatch<'a>(&'a Core);
+
+impl Watch for TimerWatch<'_> {
+    fn until(&self) -> Option<Instant> {
+        let time = &self.0.timer.time;
+        let tick = self.0.timer.watch_tick()?;
+        Some(time.instant_of(time.nanos_of_tick(tick)))
+    }
+
+    fn unwatch(&self) {
+        self.0.timer.unwatch();
+    }
+}
+
+/// The watcher's tick came: take what is due out of the wheels that nobody holds and queue it
+/// for the workers, this one first. Under the `taking` flag, like any take (ground rules), so
+/// `shutdown_now` either finds the pool stopped before we poll or waits for our pushes and
+/// sweeps them.
+fn poll_due(core: &Core, index: usize) {
+    let flag = &core.workers.taking[index].0;
+    flag.store(true, Ordering::Relaxed);
+    // SeqCst fence: pairs with the fence in `WorkerSet::quiesce`, as in `find_task`.
+    fence(Ordering::SeqCst);
+    if core.lifecycle() == Lifecycle::Running {
+        let mut due = Vec::new();
+        core.timer.help_poll(&mut due);
+        core.push_due(&mut due);
+    }
+    // Release: pairs with the Acquire in `WorkerSet::quiesce`, publishing our pushes to the
+    // sweep that follows it.
+    flag.store(false, Ordering::Release);
 }
 
 /// Runs a task this worker took, then lets go of the worker's reference. If that was the last

@@ -93,6 +93,7 @@ impl Driver {
             );
         }
         if let Ok(next) = checked {
+            self.nudge_watcher_if_late(next);
             self.park(next);
         }
         false
@@ -172,6 +173,13 @@ impl Driver {
         }
     }
 
+    /// After `announce_and_check` said park until `next`: if the watcher watches a later tick
+    /// (or none), nudge it to read ours (see "The watcher" in the ground rules). True if a
+    /// watcher was nudged.
+    pub(crate) fn nudge_watcher_if_late(&self, next: Option<u64>) -> bool {
+        next.is_some_and(|tick| self.timer().watcher_is_late(tick)) && self.host.nudge_watcher()
+    }
+
     /// Parks until the tick `next` (`None`: no time limit), or until woken.
     pub(crate) fn park(&self, next: Option<u64>) {
         let timer = self.timer();
@@ -237,7 +245,7 @@ impl Driver {
 
 /// Tasks that just left a wheel (under its lock): clear their keys, so no later unlink can match
 /// a reused slot (the generation check would refuse it anyway, bar 2^32 reuses).
-fn clear_keys(tasks: &[TaskRef]) {
+pub(crate) fn clear_keys(tasks: &[TaskRef]) {
     for task in tasks {
         task.header().set_wheel_key(NO_KEY);
     }

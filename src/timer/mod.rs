@@ -50,6 +50,28 @@
 //!   hint or earlier, or was woken by whoever lowered it.
 //! - The parker keeps one token, so an unpark that lands before the park is not lost.
 //! - An idle pool parks without a time limit: no periodic wake-ups.
+//!
+//! **The watcher** (one wake-up between a deadline and its run, not two). With only the timer
+//! thread, a due timer waits for two wake-ups in a row: the timer thread's, then the worker's it
+//! hands the task to. On a machine whose CPUs are all busy each wake-up may wait for the OS
+//! scheduler's next tick (4 ms here), so the two add up (issue 10's cancel storm: 6 ms). So one
+//! idle worker at a time, the *watcher*, parks until the tick the driver sleeps until, and when
+//! that comes polls the due shards itself (`help_poll`) and runs what it found: whichever of it
+//! and the driver gets a CPU first hands the timer out. The driver stays the one that is always
+//! right: the watcher only ever takes work off it.
+//! - `help_poll` takes shard locks with `try_lock` (a worker never waits for the wheel: a locked
+//!   shard is being polled by the driver or changed by a producer, and the driver is awake at
+//!   that tick too) and polls one chunk per shard.
+//! - The watcher registers (in the pool's `Sleep`), stores `watch = u64::MAX` ("nudge me"),
+//!   `fence(SeqCst)`, reads `sleep_until` and, if it is a tick, stores it in `watch` and parks
+//!   until it. The driver, after its own fence in `announce_and_check`, reads `watch` and asks
+//!   the pool to nudge the watcher if it watches a later tick than the one it will sleep until.
+//!   The two fences make a Dekker pair: either the watcher read the driver's tick, or the driver
+//!   sees the registration and `u64::MAX` (or the tick the watcher then read) and nudges. A nudge
+//!   makes the watcher read `sleep_until` again; a missed one would only cost latency.
+//! - A watcher only polls while the pool is running and under its `taking` flag, so
+//!   `shutdown_now` sweeps whatever it took out of a wheel (see `pool/worker.rs`). With a manual
+//!   clock nobody watches: the driver alone settles time.
 
 mod clock;
 pub(crate) mod driver;
@@ -98,6 +120,9 @@ pub(crate) trait Host: Send + Sync + 'static {
     fn hand_back(&self, tasks: Vec<TaskRef>);
     /// After a graceful shutdown: true once no admitted task is left.
     fn drained(&self) -> bool;
+    /// The driver will sleep until an earlier tick than the watcher watches: make the watcher
+    /// (if a worker is watching) read the tick again. True if a watcher was nudged.
+    fn nudge_watcher(&self) -> bool;
 }
 
 /// Why an insert did not happen: the pool is shutting down and the shard's gate is closed to
@@ -174,6 +199,8 @@ pub(crate) struct Timer {
     pub(crate) time: TimeBase,
     pub(crate) shards: Box<[CachePadded<ShardCell>]>,
     sleep_until: CachePadded<AtomicU64>,
+    /// The tick the watcher parks until; `u64::MAX` while nobody watches a tick (ground rules).
+    watch: CachePadded<AtomicU64>,
     parker: Parker,
     /// Only with a manual clock: how `ManualClock::advance` waits for the pool to settle.
     pub(crate) settle: Option<Settle>,
@@ -202,6 +229,7 @@ impl Timer {
                 })
                 .collect(),
             sleep_until: CachePadded::new(AtomicU64::new(AWAKE)),
+            watch: CachePadded::new(AtomicU64::new(u64::MAX)),
             parker: Parker::new(),
             settle,
             driver_gone: AtomicBool::new(false),
@@ -316,6 +344,56 @@ impl Timer {
                 Err(now) => sleeping = now,
             }
         }
+    }
+
+    /// The watcher, registered and about to park: the tick the driver sleeps until, if it
+    /// sleeps until one (ground rules). `None`: park without a time limit until nudged.
+    pub(crate) fn watch_tick(&self) -> Option<u64> {
+        if self.settle.is_some() {
+            return None; // a manual clock: the driver alone settles time
+        }
+        self.watch.store(u64::MAX, Ordering::Relaxed);
+        // SeqCst fence: pairs with the one in `Driver::announce_and_check` (ground rules):
+        // either this read sees the driver's tick, or the driver sees our registration.
+        fence(Ordering::SeqCst);
+        let tick = self.sleep_until.load(Ordering::Relaxed);
+        if tick == AWAKE || tick == u64::MAX {
+            return None; // the driver is at work (it will nudge us) or sleeps without limit
+        }
+        self.watch.store(tick, Ordering::Relaxed);
+        Some(tick)
+    }
+
+    /// The watcher stops watching.
+    pub(crate) fn unwatch(&self) {
+        self.watch.store(u64::MAX, Ordering::Relaxed);
+    }
+
+    /// The driver, after announcing `tick` (and its fence): true if the watcher, if any, parks
+    /// until later and needs a nudge.
+    pub(crate) fn watcher_is_late(&self, tick: u64) -> bool {
+        self.settle.is_none() && self.watch.load(Ordering::Relaxed) > tick
+    }
+
+    /// The watcher's poll at its tick: every shard with something due that nobody holds gives
+    /// at most one chunk of due tasks into `due` (only those a cancel has not won). Never waits
+    /// for a lock (ground rules).
+    pub(crate) fn help_poll(&self, due: &mut Vec<TaskRef>) {
+        let now = self.time.tick_floor(self.time.now_nanos());
+        for cell in self.shards.iter() {
+            if cell.hint().is_none_or(|h| h > now) {
+                continue;
+            }
+            let Some(mut shard) = cell.lock.try_lock() else {
+                continue; // the driver (awake at this tick too) or a producer has it
+            };
+            let from = due.len();
+            shard.wheel.poll_expired_bounded(now, CHUNK, due);
+            let next = shard.wheel.next_expiration();
+            cell.set_hint(&shard, next);
+            driver::clear_keys(&due[from..]);
+        }
+        due.retain(|t| t.header().state.is_scheduled());
     }
 
     /// Wakes the driver unconditionally (shutdown, manual clock).
