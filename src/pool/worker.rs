@@ -49,9 +49,13 @@ use std::cell::{Cell, RefCell};
 use std::time::Instant;
 
 /// Rounds of looking for work before a worker announces itself as a sleeper. Each round spins a
-/// little longer; the last few yield the CPU. Short: an idle pool must not burn CPU.
+/// little longer (127 spin hints in all, a few microseconds). Short: an idle pool must not burn
+/// CPU. No round yields: on a machine whose CPUs are all busy a `yield_now` gives the CPU away
+/// until the scheduler's next tick (4 ms on the 2-core machine), and a searching worker is one
+/// that pushes count on to find their task (`Sleep::notify`), so a due timer waited behind it
+/// (seen in traces of issue 10's cancel storm).
 #[cfg(not(wheelpool_loom))]
-const SPIN_ROUNDS: u32 = 10;
+const SPIN_ROUNDS: u32 = 7;
 #[cfg(wheelpool_loom)]
 const SPIN_ROUNDS: u32 = 0;
 
@@ -287,12 +291,8 @@ fn run_claimed(core: &Core, claim: Claim<'_>) {
 /// Looks for work a few more times before sleeping.
 fn spin_for_work<'a>(core: &'a Core, index: usize, runs: u32) -> Found<'a> {
     for round in 0..SPIN_ROUNDS {
-        if round + 3 < SPIN_ROUNDS {
-            for _ in 0..(1u32 << round) {
-                std::hint::spin_loop();
-            }
-        } else {
-            crate::sync::thread::yield_now();
+        for _ in 0..(1u32 << round) {
+            std::hint::spin_loop();
         }
         match find_task(core, index, runs) {
             Found::Nothing => {}
