@@ -28,7 +28,9 @@
 //!                            ▼
 //!          shards: hierarchical wheels (64 slots a level, bitmaps), one lock each
 //!                            │ the timer thread polls each shard a chunk (512) at a time,
-//!                            │ sleeps until the earliest next expiration or an earlier deadline
+//!                            │ sleeps until the earliest next expiration or an earlier deadline;
+//!                            │ one idle worker (the watcher) sleeps until the same instant and
+//!                            │ polls the due shards itself, so a due timer needs one wake-up
 //!                            ▼ due tasks, a chunk at a time
 //!              workers (crossbeam-deque injector + per-worker deques, work stealing)
 //!                            │ run under catch_unwind
@@ -48,8 +50,8 @@
 //!
 //! - **Never early.** A deadline rounds *up* to the next tick of the wheel (1 ms by default,
 //!   [`Builder::tick`]); a task never starts before its deadline.
-//! - **Lateness** is the wait for the next tick plus the timer thread's wake-up plus the hand-off
-//!   to a worker. Measured on a 2-core machine firing 100 000 timers within a second (W3 in
+//! - **Lateness** is the wait for the next tick plus one thread's wake-up (the watching worker's,
+//!   or the timer thread's and then a worker's, whichever comes first). Measured on a 2-core machine firing 100 000 timers within a second (W3 in
 //!   BENCHMARKS.md): about 0.65 ms at the median and 1.2-1.3 ms at p99 with the 1 ms tick, and
 //!   0.13-0.15 ms / 0.27-0.77 ms with a 100 us tick. A million timers due at one instant start
 //!   about 1 ms late and all have run some 125 ms later (W8). Pick the tick for the precision

@@ -31,8 +31,9 @@
 //! for at most one chunk per shard.
 //!
 //! **Hints.** Each shard keeps, beside its lock, a `hint`: a lower bound on the earliest tick in
-//! its wheel, written only under the lock (an insert below it lowers it; the driver's poll sets
-//! it to the wheel's next expiration; a cancel leaves it, still a lower bound). The driver reads
+//! its wheel, written only under the lock (an insert below it lowers it; a poll, the driver's or
+//! the watcher's, sets it to the wheel's next expiration; a cancel leaves it, still a lower
+//! bound). The driver reads
 //! hints without the lock and locks only shards with something due: a shard that cancellers keep
 //! busy costs the timer thread nothing (issue 10's cancel storm held a due timer up while the
 //! driver queued for such locks).
@@ -359,6 +360,11 @@ impl Timer {
         let tick = self.sleep_until.load(Ordering::Relaxed);
         if tick == AWAKE || tick == u64::MAX {
             return None; // the driver is at work (it will nudge us) or sleeps without limit
+        }
+        if tick <= self.time.tick_floor(self.time.now_nanos()) {
+            // Already come: the driver is waking for it (or we just polled it ourselves) and
+            // will announce its next tick and nudge us. Watching it again would spin.
+            return None;
         }
         self.watch.store(tick, Ordering::Relaxed);
         Some(tick)
