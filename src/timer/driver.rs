@@ -6,10 +6,16 @@
 //! again at once; otherwise announce the sleep tick, fence, re-read every hint, and park (ground
 //! rules in `timer/mod.rs`).
 
-use super::{Gate, Host, Lifecycle, Timer, AWAKE, CHUNK};
+use super::{duration_nanos, Gate, Host, Lifecycle, Timer, AWAKE, CHUNK};
 use crate::sync::{fence, Arc, Ordering};
 use crate::task::{TaskRef, NO_KEY};
 use crate::wheel::Wheel;
+use std::time::Duration;
+
+/// How long before a deadline the driver tells the watcher of it at the latest (see
+/// `tell_watcher_and_park`): ample time for the nudged worker to park again with the new
+/// deadline, even on a machine whose CPUs are all busy.
+const WATCH_AHEAD: Duration = Duration::from_millis(50);
 
 /// The timer thread's own state.
 pub(crate) struct Driver {
@@ -93,8 +99,7 @@ impl Driver {
             );
         }
         if let Ok(next) = checked {
-            self.nudge_watcher_if_late(next);
-            self.park(next);
+            self.tell_watcher_and_park(next);
         }
         false
     }
@@ -178,6 +183,25 @@ impl Driver {
     /// watcher was nudged.
     pub(crate) fn nudge_watcher_if_late(&self, next: Option<u64>) -> bool {
         next.is_some_and(|tick| self.timer().watcher_is_late(tick)) && self.host.nudge_watcher()
+    }
+
+    /// Parks until the tick `next`, telling the watcher of it first, unless it is further away
+    /// than [`WATCH_AHEAD`] and the watcher would need a nudge: then the driver parks until
+    /// `WATCH_AHEAD` before it and tells the watcher on that pass. So a deadline far away costs
+    /// no worker a wake-up when it is set (an idle pool given a timer an hour away stays still),
+    /// and one pass of the timer thread shortly before it comes.
+    fn tell_watcher_and_park(&self, next: Option<u64>) {
+        let timer = self.timer();
+        if let (None, Some(tick)) = (&timer.settle, next) {
+            let at = timer.time.nanos_of_tick(tick);
+            let ahead = duration_nanos(WATCH_AHEAD);
+            if at.saturating_sub(timer.time.now_nanos()) > ahead && timer.watcher_is_late(tick) {
+                timer.parker.park(Some(timer.time.instant_of(at - ahead)));
+                return;
+            }
+        }
+        self.nudge_watcher_if_late(next);
+        self.park(next);
     }
 
     /// Parks until the tick `next` (`None`: no time limit), or until woken.

@@ -70,6 +70,10 @@
 //!   The two fences make a Dekker pair: either the watcher read the driver's tick, or the driver
 //!   sees the registration and `u64::MAX` (or the tick the watcher then read) and nudges. A nudge
 //!   makes the watcher read `sleep_until` again; a missed one would only cost latency.
+//! - A tick more than `WATCH_AHEAD` (50 ms) away is not worth a worker's wake-up yet: the driver
+//!   then parks until `WATCH_AHEAD` before it (never later than its announced tick, so nothing
+//!   above changes) and nudges on that pass. An idle pool given a timer an hour away wakes no
+//!   worker for it.
 //! - A watcher only polls while the pool is running and under its `taking` flag, so
 //!   `shutdown_now` sweeps whatever it took out of a wheel (see `pool/worker.rs`). With a manual
 //!   clock nobody watches: the driver alone settles time.
