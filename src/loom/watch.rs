@@ -13,6 +13,7 @@
 
 use super::{model, ModelPool};
 use crate::sync::Arc;
+use crate::timer::driver::Driver;
 use crate::timer::home;
 use loom::thread;
 
@@ -20,6 +21,23 @@ use loom::thread;
 fn watcher(pool: &ModelPool) -> Option<u64> {
     assert!(pool.core.workers.sleep.become_watcher(0));
     pool.core.timer.watch_tick()
+}
+
+/// The driver's pass up to its park (tick 5 is the earliest), while the watcher `w` registers;
+/// then the protocol's promise: the watcher read tick 5, or the driver nudged it.
+fn announce_5_and_check(driver: &mut Driver, w: thread::JoinHandle<Option<u64>>) {
+    driver.mark_awake();
+    driver.poll_step();
+    let next = driver
+        .announce_and_check()
+        .expect("nothing earlier comes in");
+    assert_eq!(next, Some(5));
+    let nudged = driver.nudge_watcher_if_late(next);
+    let watched = w.join().unwrap();
+    assert!(
+        watched == Some(5) || nudged,
+        "the watcher watches {watched:?} and was not nudged"
+    );
 }
 
 #[test]
@@ -35,18 +53,7 @@ fn a_watcher_registering_while_the_driver_works_sees_its_tick_or_is_nudged() {
                 let pool = pool.clone();
                 thread::spawn(move || watcher(&pool))
             };
-            driver.mark_awake();
-            driver.poll_step();
-            let next = driver
-                .announce_and_check()
-                .expect("nothing earlier comes in");
-            assert_eq!(next, Some(5));
-            let nudged = driver.nudge_watcher_if_late(next);
-            let watched = w.join().unwrap();
-            assert!(
-                watched == Some(5) || nudged,
-                "the watcher watches {watched:?} and was not nudged"
-            );
+            announce_5_and_check(&mut driver, w);
         },
     );
 }
@@ -69,17 +76,6 @@ fn a_watcher_that_read_a_stale_tick_is_nudged() {
         };
         home::set(1);
         drop(pool.schedule(|| (), 5).unwrap()); // lowers shard 1's hint: the driver is woken
-        driver.mark_awake();
-        driver.poll_step();
-        let next = driver
-            .announce_and_check()
-            .expect("nothing earlier comes in");
-        assert_eq!(next, Some(5));
-        let nudged = driver.nudge_watcher_if_late(next);
-        let watched = w.join().unwrap();
-        assert!(
-            watched == Some(5) || nudged,
-            "the watcher watches {watched:?} and was not nudged"
-        );
+        announce_5_and_check(&mut driver, w);
     });
 }
