@@ -1,0 +1,458 @@
+//! The watcher (an idle worker that polls the due wheel shards itself at the timer thread's
+//! tick) against exactness: no task lost, run twice, run early, or started after
+//! `shutdown_now` returned, while the watcher and the timer thread both take due tasks out of
+//! the wheels. Each test keeps workers idle between short timers, so a watcher is parked on the
+//! very tick the timers come due.
+
+#![cfg(not(wheelpool_loom))]
+
+mod common;
+
+use common::LONG;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+use wheelpool::{ScheduleError, ScheduledFuture, ScheduledThreadPool};
+
+/// A tiny deterministic generator (no dependency), one per thread.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, bound: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (self.0 >> 33) % bound
+    }
+}
+
+/// What became of one task.
+#[derive(Default)]
+struct Slot {
+    runs: AtomicUsize,
+    drops: AtomicUsize,
+    ran_at: Mutex<Option<Instant>>,
+}
+
+/// Captured by a task: counts its own drop.
+struct DropMark(Arc<Slot>);
+
+impl Drop for DropMark {
+    fn drop(&mut self) {
+        self.0.drops.fetch_add(1, SeqCst);
+    }
+}
+
+fn counted_task(slot: &Arc<Slot>) -> impl FnOnce() + Send + 'static {
+    let mark = DropMark(slot.clone());
+    move || {
+        let now = Instant::now();
+        let slot = &mark.0;
+        *slot.ran_at.lock().unwrap() = Some(now);
+        slot.runs.fetch_add(1, SeqCst);
+    }
+}
+
+/// One task as its scheduling thread saw it.
+struct Record {
+    slot: Arc<Slot>,
+    future: ScheduledFuture<()>,
+    /// Earliest instant it may start (the deadline of its last successful schedule or reset).
+    not_before: Instant,
+    cancelled: bool,
+}
+
+/// Schedules a task `delay` from now; returns its record.
+fn schedule(pool: &ScheduledThreadPool, delay: Duration) -> Record {
+    let slot = Arc::new(Slot::default());
+    let not_before = Instant::now() + delay;
+    let future = pool.schedule(counted_task(&slot), delay).unwrap();
+    Record {
+        slot,
+        future,
+        not_before,
+        cancelled: false,
+    }
+}
+
+/// Six threads each schedule 400 timers 0-5 ms out on a pool with idle workers; each timer is
+/// then left alone, cancelled at once, reset earlier or later (also to zero), or cancelled a
+/// little later from a list of older ones. At the end every task ran exactly once or was
+/// cancelled exactly once (the `cancel()` that returned true), never both; none ran before
+/// the deadline of its last successful schedule or reset; every captured value was dropped
+/// exactly once.
+#[test]
+fn churn_of_short_timers_runs_or_cancels_each_exactly_once() {
+    for threads in [1, 3, 8] {
+        churn_round(threads, 6, 400);
+    }
+}
+
+fn churn_round(workers: usize, producers: u64, per_producer: u64) {
+    let pool = Arc::new(
+        ScheduledThreadPool::builder()
+            .threads(workers)
+            .build()
+            .unwrap(),
+    );
+    let records: Vec<Record> = thread::scope(|s| {
+        let handles: Vec<_> = (0..producers)
+            .map(|t| {
+                let pool = pool.clone();
+                s.spawn(move || churn_producer(&pool, t, per_producer))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    for r in &records {
+        if !r.cancelled {
+            let slot = &r.slot;
+            assert!(
+                common::wait_until(LONG, || slot.runs.load(SeqCst) > 0),
+                "{workers} workers: a timer that was not cancelled never ran"
+            );
+        }
+    }
+    let Ok(pool) = Arc::try_unwrap(pool) else {
+        panic!("the producers still hold the pool")
+    };
+    pool.shutdown();
+    assert!(pool.await_termination(LONG), "{workers} workers: no end");
+    for (i, r) in records.iter().enumerate() {
+        let runs = r.slot.runs.load(SeqCst);
+        let expected = usize::from(!r.cancelled);
+        assert_eq!(runs, expected, "{workers} workers, task {i}: runs");
+        assert!(r.future.is_done(), "{workers} workers, task {i}: not done");
+        if let Some(at) = *r.slot.ran_at.lock().unwrap() {
+            assert!(
+                at >= r.not_before,
+                "{workers} workers, task {i}: ran {:?} early",
+                r.not_before - at
+            );
+        }
+    }
+    drop(pool);
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(r.slot.drops.load(SeqCst), 1, "task {i}: drops of captures");
+    }
+}
+
+fn churn_producer(pool: &ScheduledThreadPool, t: u64, n: u64) -> Vec<Record> {
+    let mut rng = Lcg(t * 7919 + 17);
+    let mut done = Vec::new();
+    let mut older: Vec<Record> = Vec::new();
+    for _ in 0..n {
+        let delay = Duration::from_micros(rng.next(5_000));
+        let mut r = schedule(pool, delay);
+        match rng.next(6) {
+            0 => r.cancelled = r.future.cancel(),
+            1 | 2 => {
+                let to = Duration::from_micros(rng.next(5_000));
+                let not_before = Instant::now() + to;
+                if r.future.reset(to) {
+                    r.not_before = not_before;
+                }
+            }
+            _ => {}
+        }
+        if rng.next(4) == 0 {
+            older.push(r);
+        } else {
+            done.push(r);
+        }
+        if let Some(mut old) = take_if_any(&mut older, &mut rng) {
+            let again = old.future.cancel();
+            assert!(!(old.cancelled && again), "cancelled twice");
+            old.cancelled |= again;
+            done.push(old);
+        }
+        if rng.next(8) == 0 {
+            // Let the workers go idle now and then, so one of them watches the next tick.
+            thread::sleep(Duration::from_micros(rng.next(3_000)));
+        }
+    }
+    done.append(&mut older);
+    done
+}
+
+/// Now and then takes an older record out (to cancel it while it may be due).
+fn take_if_any(older: &mut Vec<Record>, rng: &mut Lcg) -> Option<Record> {
+    if older.is_empty() || rng.next(3) != 0 {
+        return None;
+    }
+    let i = rng.next(older.len() as u64) as usize;
+    Some(older.swap_remove(i))
+}
+
+/// Never early, on every tick size the builder takes, with resets that move a deadline
+/// earlier and later while the watcher may already be parked on the old tick: each task
+/// records when it started, and that is never before the deadline of its last successful
+/// schedule or reset.
+#[test]
+fn never_early_with_resets_on_every_tick_size() {
+    let ticks = [
+        Duration::from_micros(1),
+        Duration::from_micros(100),
+        Duration::from_millis(1),
+        Duration::from_secs(1),
+    ];
+    thread::scope(|s| {
+        for tick in ticks {
+            s.spawn(move || never_early_round(tick));
+        }
+    });
+}
+
+fn never_early_round(tick: Duration) {
+    let pool = ScheduledThreadPool::builder()
+        .threads(2)
+        .tick(tick)
+        .build()
+        .unwrap();
+    let mut rng = Lcg(tick.as_nanos() as u64);
+    let mut records = Vec::new();
+    // A warm-up timer: workers go idle after it and one watches the next tick.
+    schedule(&pool, Duration::from_micros(300))
+        .future
+        .join_timeout(LONG)
+        .expect("warm-up timer lost")
+        .unwrap();
+    for _ in 0..60 {
+        let mut r = schedule(&pool, Duration::from_micros(rng.next(20_000)));
+        if rng.next(2) == 0 {
+            // Give the driver a chance to announce the old tick and the watcher to take it.
+            thread::sleep(Duration::from_micros(rng.next(2_000)));
+            let to = Duration::from_micros(rng.next(20_000));
+            let not_before = Instant::now() + to;
+            if r.future.reset(to) {
+                r.not_before = not_before;
+            }
+        }
+        records.push(r);
+    }
+    for (i, r) in records.iter_mut().enumerate() {
+        r.future
+            .join_timeout(LONG)
+            .unwrap_or_else(|| panic!("tick {tick:?}, task {i}: lost"))
+            .unwrap();
+        let at = r.slot.ran_at.lock().unwrap().expect("ran");
+        assert!(
+            at >= r.not_before,
+            "tick {tick:?}, task {i}: ran {:?} early",
+            r.not_before - at
+        );
+        assert_eq!(r.slot.runs.load(SeqCst), 1, "tick {tick:?}, task {i}");
+    }
+}
+
+/// What the `shutdown_now` rounds count.
+#[derive(Default)]
+struct Tally {
+    ran_in_pool: AtomicUsize,
+    ran_late: AtomicUsize,
+    periodic_runs: AtomicUsize,
+    /// Set right after `shutdown_now` returned.
+    returned: AtomicBool,
+}
+
+impl Tally {
+    fn one_shot(self: &Arc<Self>) -> impl FnOnce() + Send + 'static {
+        let tally = self.clone();
+        move || {
+            if tally.returned.load(SeqCst) {
+                tally.ran_late.fetch_add(1, SeqCst);
+            }
+            tally.ran_in_pool.fetch_add(1, SeqCst);
+        }
+    }
+}
+
+/// When a round calls `shutdown_now`.
+#[derive(Debug, Clone, Copy)]
+enum Stop {
+    /// Once the first task of the burst has run, after spinning this many times.
+    AfterFirstRun(u32),
+    /// At this offset from the burst's deadline (microseconds, may be negative).
+    At(i64),
+}
+
+/// `shutdown_now` lands while a burst of 10 000 tasks with one deadline comes due, a chunk at a
+/// time, through the watcher and the timer thread at once, while another thread keeps
+/// scheduling short timers (some of which are refused) and periodic tasks at 1 ms keep
+/// re-arming. Pools of 1 to 8 workers (more workers than the machine's cores, so takers are
+/// preempted mid-take). Every one-shot is exactly one of: ran in the pool before
+/// `shutdown_now` returned, handed back, or refused; no closure starts after the return; a
+/// `cancel()` after the return finds nothing left to cancel; periodic tasks end.
+#[test]
+fn shutdown_now_while_a_burst_comes_due_accounts_for_every_task() {
+    let mut rng = Lcg(99);
+    let mut mixed = 0;
+    let mut rounds = 0;
+    for workers in [1, 2, 3, 5, 8] {
+        for round in 0..6 {
+            let burst = if round % 2 == 0 { 10_000 } else { 2_000 };
+            let stop = if round < 4 {
+                Stop::AfterFirstRun(rng.next(2_000) as u32)
+            } else {
+                Stop::At(rng.next(4_000) as i64 - 2_000)
+            };
+            let (ran, back) = burst_round(workers, burst, stop);
+            rounds += 1;
+            mixed += usize::from(ran > 0 && back > 0);
+        }
+    }
+    // Not a check of the pool: a check that the rounds hit the race they are meant to.
+    assert!(
+        mixed * 4 >= rounds,
+        "only {mixed} of {rounds} rounds stopped mid-burst"
+    );
+}
+
+/// One round; returns (burst tasks ran in the pool, burst tasks handed back).
+fn burst_round(workers: usize, burst: usize, stop: Stop) -> (usize, usize) {
+    let pool = Arc::new(
+        ScheduledThreadPool::builder()
+            .threads(workers)
+            .build()
+            .unwrap(),
+    );
+    let tally = Arc::new(Tally::default());
+    let mut periodic = Vec::new();
+    for _ in 0..workers {
+        let tally = tally.clone();
+        let f = pool
+            .schedule_at_fixed_rate(
+                move || {
+                    if tally.returned.load(SeqCst) {
+                        tally.ran_late.fetch_add(1, SeqCst);
+                    }
+                    tally.periodic_runs.fetch_add(1, SeqCst);
+                },
+                Duration::from_millis(1),
+                Duration::from_millis(1),
+            )
+            .unwrap();
+        periodic.push(f);
+    }
+    // Workers idle between the periodic tasks' ticks first, so a watcher is parked when the
+    // burst goes in.
+    assert!(common::wait_until(LONG, || tally
+        .periodic_runs
+        .load(SeqCst)
+        >= 2 * workers));
+    let burst_tally = Arc::new(Tally::default());
+    let due = Instant::now() + Duration::from_millis(15);
+    let futures: Vec<_> = (0..burst)
+        .map(|_| pool.schedule_at(burst_tally.one_shot(), due).unwrap())
+        .collect();
+    let side_tally = Arc::new(Tally::default());
+    let (pending, side) = thread::scope(|s| {
+        let producer = s.spawn(|| side_producer(&pool, &side_tally));
+        wait_for_stop(stop, due, &burst_tally);
+        let pending = pool.shutdown_now();
+        for t in [&tally, &burst_tally, &side_tally] {
+            t.returned.store(true, SeqCst);
+        }
+        (pending, producer.join().unwrap())
+    });
+    let ran_before_return = burst_tally.ran_in_pool.load(SeqCst);
+    let side_before_return = side_tally.ran_in_pool.load(SeqCst);
+    for (i, f) in futures.iter().chain(side.futures.iter()).enumerate() {
+        assert!(
+            !f.cancel(),
+            "{workers} workers: task {i} neither started nor handed back"
+        );
+    }
+    let periodic_back = pending.iter().filter(|p| p.is_periodic()).count();
+    let one_shots_back = pending.len() - periodic_back;
+    drop(pending);
+    assert!(pool.await_termination(LONG), "{workers} workers: no end");
+    for t in [&tally, &burst_tally, &side_tally] {
+        assert_eq!(
+            t.ran_late.load(SeqCst),
+            0,
+            "{workers} workers: started after return"
+        );
+    }
+    let ran = burst_tally.ran_in_pool.load(SeqCst);
+    let side_ran = side_tally.ran_in_pool.load(SeqCst);
+    assert_eq!(
+        ran, ran_before_return,
+        "{workers} workers: ran after return"
+    );
+    assert_eq!(
+        side_ran, side_before_return,
+        "{workers} workers: ran after return"
+    );
+    assert_eq!(
+        ran + side_ran + one_shots_back,
+        burst + side.futures.len(),
+        "{workers} workers, burst {burst}, {stop:?}: burst ran {ran}, others ran {side_ran}, \
+         handed back {one_shots_back}, accepted {} + {burst}",
+        side.futures.len()
+    );
+    assert!(periodic_back <= workers, "periodic tasks handed back twice");
+    for p in &periodic {
+        assert!(
+            p.is_done(),
+            "{workers} workers: a periodic task outlived shutdown_now"
+        );
+    }
+    (ran, burst - ran)
+}
+
+fn wait_for_stop(stop: Stop, due: Instant, burst: &Tally) {
+    match stop {
+        Stop::AfterFirstRun(spins) => {
+            assert!(
+                common::wait_until(LONG, || burst.ran_in_pool.load(SeqCst) > 0),
+                "the burst never came due"
+            );
+            for _ in 0..spins {
+                std::hint::spin_loop();
+            }
+        }
+        Stop::At(offset_us) => {
+            let at = if offset_us >= 0 {
+                due + Duration::from_micros(offset_us as u64)
+            } else {
+                due - Duration::from_micros(offset_us.unsigned_abs())
+            };
+            thread::sleep(at.saturating_duration_since(Instant::now()));
+        }
+    }
+}
+
+/// What the side producer got accepted.
+struct Side {
+    futures: Vec<ScheduledFuture<()>>,
+}
+
+/// Schedules 0-2 ms timers until the pool refuses (it is stopped), then a few more to be
+/// sure every later one is refused too.
+fn side_producer(pool: &ScheduledThreadPool, tally: &Arc<Tally>) -> Side {
+    let mut rng = Lcg(5);
+    let mut futures = Vec::new();
+    let end = Instant::now() + LONG;
+    loop {
+        assert!(Instant::now() < end, "the pool never refused");
+        let delay = Duration::from_micros(rng.next(2_000));
+        match pool.schedule(tally.one_shot(), delay) {
+            Ok(f) => futures.push(f),
+            Err(e) => {
+                assert_eq!(e, ScheduleError::Shutdown);
+                break;
+            }
+        }
+    }
+    for _ in 0..10 {
+        let refused = pool.schedule(tally.one_shot(), Duration::ZERO);
+        assert_eq!(refused.err(), Some(ScheduleError::Shutdown));
+    }
+    Side { futures }
+}
