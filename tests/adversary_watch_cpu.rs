@@ -159,7 +159,7 @@ fn an_empty_pool_after_a_timer_stays_still() {
 }
 
 /// A 20 ms fixed-rate task for 2 s on 1 and 4 workers: about 100 runs, each a wake-up of the
-/// watcher and of the timer thread. Bound: under 400 ms of CPU for the pool's threads in a
+/// watcher and of the timer thread. Bound: under 150 ms of CPU for the pool's threads in a
 /// debug build (a spinning watcher: ~2 000 ms), and the task ran (loosely) as often as it
 /// should.
 #[test]
@@ -174,11 +174,27 @@ fn a_twenty_millisecond_heartbeat_costs_little_cpu() {
 }
 
 fn heartbeat_case(threads: usize) {
-    let prefix = format!("beat-{threads}");
+    let (n, u) = heartbeat(
+        threads,
+        Duration::from_millis(20),
+        Duration::from_millis(2_000),
+    );
+    assert!(
+        u.cpu < Duration::from_millis(150),
+        "beat-{threads}: busy: {u:?}"
+    );
+    // Loose: a stuck heartbeat shows, a slow machine does not.
+    assert!(n >= 20, "beat-{threads}: only {n} runs");
+}
+
+/// Runs a fixed-rate task at `period` on `threads` workers and measures the pool's threads
+/// over `window`; returns the runs in the window and the usage. Checks that the runs were not
+/// ahead of the clock.
+fn heartbeat(threads: usize, period: Duration, window: Duration) -> (usize, Usage) {
+    let prefix = format!("beat-{threads}-{}", period.as_millis());
     let pool = named_pool(&prefix, threads, Duration::from_millis(1));
     let runs = Arc::new(AtomicUsize::new(0));
     let r = runs.clone();
-    let period = Duration::from_millis(20);
     let beat = pool
         .schedule_at_fixed_rate(
             move || {
@@ -191,24 +207,22 @@ fn heartbeat_case(threads: usize) {
     assert!(common::wait_until(LONG, || runs.load(SeqCst) >= 2));
     let start = Instant::now();
     let before = runs.load(SeqCst);
-    let Some(u) = usage_over(&prefix, threads + 1, Duration::from_millis(2_000)) else {
-        return;
-    };
+    let u = usage_over(&prefix, threads + 1, window).unwrap_or_default();
     let n = runs.load(SeqCst) - before;
     let elapsed = start.elapsed();
     eprintln!("{prefix}: {n} runs in {elapsed:?}: {u:?}");
     assert!(beat.cancel());
-    assert!(u.cpu < Duration::from_millis(400), "{prefix}: busy: {u:?}");
-    // Loose: a stuck heartbeat shows, a slow machine does not.
-    assert!(n >= 20, "{prefix}: only {n} runs");
     assert!(
-        n as u128 <= elapsed.as_millis() / period.as_millis() + 1,
+        n as u128 <= elapsed.as_micros() / period.as_micros() + 1,
         "{prefix}: {n} runs in {elapsed:?}: ahead of the clock"
     );
+    (n, u)
 }
 
 /// A timer due while the timer thread sits 50 ms short of it (its deadline 60-200 ms away):
-/// the pool stays still until then and does not spin on the way. Also a 10 ms timer on a
+/// the pool stays still until then and does not spin on the way (a timer thread or a worker
+/// that woke long before the deadline and kept polling shows; a watcher is only told of the
+/// deadline 50 ms before it, so this bound does not see what it does in those 50 ms). Also a 10 ms timer on a
 /// 1 s tick (due at the next whole second, up to 1 s away) and a 60 ms one on a 255 ns tick.
 /// The wait is the timer's own.
 #[test]
@@ -240,7 +254,7 @@ fn ahead_case(prefix: &str, tick: Duration, delays_ms: &[u64]) {
             let waited = start.elapsed();
             eprintln!("{prefix}: {delay_ms} ms timer, {waited:?}: {cpu:?}");
             assert!(
-                cpu < Duration::from_millis(30) + waited / 4,
+                cpu < Duration::from_millis(20) + waited / 20,
                 "{prefix}: {cpu:?} of CPU while waiting {waited:?}"
             );
         }

@@ -456,3 +456,79 @@ fn side_producer(pool: &ScheduledThreadPool, tally: &Arc<Tally>) -> Side {
     }
     Side { futures }
 }
+
+/// `shutdown_now` called by the first task of a burst, from inside the pool: with one worker
+/// that task runs on the watcher (or the worker the timer thread's chunk woke) while the rest
+/// of what was polled waits in that worker's own deque, which the call must sweep although
+/// it skips the caller's own `taking` flag. Every task of the burst is exactly one of: ran
+/// before the call returned (the caller included), or handed back; none starts after.
+#[test]
+fn shutdown_now_from_the_first_task_of_a_burst() {
+    for workers in [1, 1, 2, 4] {
+        for burst in [2, 700, 3_000] {
+            burst_stopped_from_inside(workers, burst);
+        }
+    }
+}
+
+fn burst_stopped_from_inside(workers: usize, burst: usize) {
+    let pool = Arc::new(
+        ScheduledThreadPool::builder()
+            .threads(workers)
+            .build()
+            .unwrap(),
+    );
+    let tally = Arc::new(Tally::default());
+    // The first task to start takes the pool out of here and stops it.
+    let stopper: Arc<Mutex<Option<Arc<ScheduledThreadPool>>>> =
+        Arc::new(Mutex::new(Some(pool.clone())));
+    let handed_back = Arc::new(AtomicUsize::new(usize::MAX));
+    // Warm up: workers idle after a timer, one watches the next tick.
+    pool.schedule(|| (), Duration::from_millis(1))
+        .unwrap()
+        .join_timeout(LONG)
+        .expect("warm-up timer lost")
+        .unwrap();
+    let due = Instant::now() + Duration::from_millis(5);
+    let futures: Vec<_> = (0..burst)
+        .map(|_| {
+            let (tally, stopper, back) = (tally.clone(), stopper.clone(), handed_back.clone());
+            pool.schedule_at(
+                move || {
+                    if tally.returned.load(SeqCst) {
+                        tally.ran_late.fetch_add(1, SeqCst);
+                    }
+                    tally.ran_in_pool.fetch_add(1, SeqCst);
+                    let me = stopper.lock().unwrap().take();
+                    if let Some(pool) = me {
+                        let pending = pool.shutdown_now();
+                        tally.returned.store(true, SeqCst);
+                        back.store(pending.len(), SeqCst);
+                    }
+                },
+                due,
+            )
+            .unwrap()
+        })
+        .collect();
+    assert!(
+        common::wait_until(LONG, || handed_back.load(SeqCst) != usize::MAX),
+        "{workers} workers, burst {burst}: the burst never came due"
+    );
+    assert!(pool.await_termination(LONG), "{workers} workers: no end");
+    let back = handed_back.load(SeqCst);
+    let ran = tally.ran_in_pool.load(SeqCst);
+    assert_eq!(
+        tally.ran_late.load(SeqCst),
+        0,
+        "{workers} workers: started after return"
+    );
+    assert_eq!(
+        ran + back,
+        burst,
+        "{workers} workers, burst {burst}: ran {ran}, handed back {back}"
+    );
+    for (i, f) in futures.iter().enumerate() {
+        assert!(!f.cancel(), "task {i} neither started nor handed back");
+    }
+}

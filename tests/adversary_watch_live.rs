@@ -56,6 +56,88 @@ fn a_lone_timer_always_fires_after_the_previous_one() {
     });
 }
 
+/// Chains of timers, each scheduled by the task before it from its worker (into that worker's
+/// home shard) 0-2 ms out: the worker that set it goes idle right after and becomes the
+/// watcher of the tick it just set, or of a stale one. 1, 2 and 5 workers, three chains each.
+#[test]
+fn chains_of_timers_set_from_the_worker_that_then_watches() {
+    bounded(|| {
+        for threads in [1, 2, 5] {
+            let pool = Arc::new(pool(threads));
+            let done = Arc::new(AtomicUsize::new(0));
+            for chain in 0..3u64 {
+                link(pool.handle(), done.clone(), chain, 0);
+            }
+            assert!(
+                common::wait_until(LONG, || done.load(SeqCst) == 3),
+                "{threads} workers: a chain stopped ({} of 3 done)",
+                done.load(SeqCst)
+            );
+        }
+    });
+}
+
+/// Schedules link `i` of `chain`; the last link counts the chain done.
+fn link(handle: wheelpool::Handle, done: Arc<AtomicUsize>, chain: u64, i: u64) {
+    const LINKS: u64 = 200;
+    let delay = Duration::from_micros((i * 397 + chain * 131) % 2_000);
+    let deadline = Instant::now() + delay;
+    let h = handle.clone();
+    // Detached: dropping the future does not cancel the task.
+    let _detached = handle
+        .schedule(
+            move || {
+                assert!(Instant::now() >= deadline, "chain {chain} link {i} early");
+                if i + 1 == LINKS {
+                    done.fetch_add(1, SeqCst);
+                } else {
+                    link(h, done, chain, i + 1);
+                }
+            },
+            delay,
+        )
+        .unwrap();
+}
+
+/// Both CPUs kept busy by spinning threads while four threads wait for lone short timers:
+/// woken threads wait for a CPU, so the watcher often finds the tick it watched already come
+/// (and parks until nudged) and the timer thread is late to re-announce. Every timer still
+/// fires, none early.
+#[test]
+fn lone_timers_fire_while_every_cpu_is_busy() {
+    bounded(|| {
+        let pool = Arc::new(pool(3));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        thread::scope(|s| {
+            for _ in 0..2 {
+                let stop = stop.clone();
+                s.spawn(move || {
+                    let end = Instant::now() + Duration::from_secs(5);
+                    while !stop.load(SeqCst) && Instant::now() < end {
+                        std::hint::spin_loop();
+                    }
+                });
+            }
+            let waiters: Vec<_> = (0..4u64)
+                .map(|t| {
+                    let pool = pool.clone();
+                    s.spawn(move || {
+                        for i in 0..60u64 {
+                            let delay = Duration::from_micros((i * 211 + t * 89) % 3_000);
+                            fire(&pool, delay, &format!("busy CPUs, thread {t}, timer {i}"));
+                        }
+                    })
+                })
+                .collect();
+            for w in waiters {
+                let ok = w.join();
+                stop.store(true, SeqCst);
+                ok.unwrap();
+            }
+        });
+    });
+}
+
 /// Deadlines just inside, at and just outside `WATCH_AHEAD` (50 ms): inside, the timer thread
 /// nudges the watcher at once; outside, it parks until 50 ms before the deadline and nudges
 /// then. Also two at once: the far one set first, the near one after it, and the reverse.
