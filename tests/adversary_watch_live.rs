@@ -319,27 +319,34 @@ fn shutdown_now_and_drop_while_a_worker_watches() {
             let pool = pool(threads);
             let drops = DropCounter::new();
             fire(&pool, Duration::from_millis(1), "warm-up");
+            let runs = Arc::new(AtomicUsize::new(0));
             let mut futures = Vec::new();
             for delay in [Duration::from_millis(40), common::HOUR] {
-                let token = drops.token();
-                futures.push(pool.schedule(move || drop(token), delay).unwrap());
+                let (token, r) = (drops.token(), runs.clone());
+                let task = move || {
+                    drop(token);
+                    r.fetch_add(1, SeqCst);
+                };
+                futures.push(pool.schedule(task, delay).unwrap());
             }
             thread::sleep(Duration::from_micros(200 * round as u64));
             if round % 2 == 0 {
                 let back = pool.shutdown_now();
-                assert_eq!(
-                    back.len(),
-                    2,
-                    "round {round}: both waiting tasks handed back"
-                );
+                let ran = runs.load(SeqCst);
+                // The 40 ms timer runs first only on a machine stalled for 40 ms.
+                assert_eq!(back.len() + ran, 2, "round {round}: handed back or ran");
                 drop(back);
                 assert!(pool.await_termination(LONG));
             }
             drop(pool);
             assert_eq!(drops.dropped(), 2, "round {round}: closures dropped");
-            for f in futures {
-                assert_eq!(f.join(), Err(TaskError::Cancelled), "round {round}");
-            }
+            let ran = runs.load(SeqCst);
+            let cancelled = futures
+                .into_iter()
+                .map(|f| f.join())
+                .filter(|r| *r == Err(TaskError::Cancelled))
+                .count();
+            assert_eq!(cancelled + ran, 2, "round {round}: futures");
         }
     });
 }
