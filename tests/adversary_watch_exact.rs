@@ -118,6 +118,21 @@ fn churn_round(workers: usize, producers: u64, per_producer: u64) {
             );
         }
     }
+    // The pool's own counts agree: nothing pending, one completion per run, one cancellation
+    // per successful cancel (the watcher's takes must not be lost or counted twice).
+    let ran = records.iter().filter(|r| !r.cancelled).count() as u64;
+    let cancelled = records.len() as u64 - ran;
+    assert!(
+        common::wait_until(LONG, || {
+            let st = pool.stats();
+            st.pending == 0 && st.running == 0 && st.completed == ran
+        }),
+        "{workers} workers: stats {:?}, expected {ran} completed",
+        pool.stats()
+    );
+    let st = pool.stats();
+    assert_eq!(st.cancelled, cancelled, "{workers} workers: {st:?}");
+    assert_eq!(st.panicked, 0);
     let Ok(pool) = Arc::try_unwrap(pool) else {
         panic!("the producers still hold the pool")
     };
@@ -373,6 +388,12 @@ fn burst_round(workers: usize, burst: usize, stop: Stop) -> (usize, usize) {
     let one_shots_back = pending.len() - periodic_back;
     drop(pending);
     assert!(pool.await_termination(LONG), "{workers} workers: no end");
+    let st = pool.stats();
+    assert_eq!(
+        (st.pending, st.running),
+        (0, 0),
+        "{workers} workers: {st:?}"
+    );
     let ran = burst_tally.ran_in_pool.load(SeqCst);
     let side_ran = side_tally.ran_in_pool.load(SeqCst);
     assert_eq!(
@@ -503,6 +524,15 @@ fn burst_stopped_from_inside(workers: usize, burst: usize) {
     assert!(pool.await_termination(LONG), "{workers} workers: no end");
     let back = handed_back.load(SeqCst);
     let ran = tally.ran_in_pool.load(SeqCst);
+    let st = pool.stats();
+    assert_eq!(
+        (st.pending, st.running),
+        (0, 0),
+        "{workers} workers: {st:?}"
+    );
+    // One more completion: the warm-up timer.
+    assert_eq!(st.completed, ran as u64 + 1, "{workers} workers: {st:?}");
+    assert_eq!(st.cancelled, back as u64, "{workers} workers: {st:?}");
     assert_eq!(
         ran + back,
         burst,
