@@ -542,3 +542,77 @@ fn burst_stopped_from_inside(workers: usize, burst: usize) {
         assert!(!f.cancel(), "task {i} neither started nor handed back");
     }
 }
+
+/// The pool dropped by the first task of a burst (the task owns the only handle to it): the
+/// drop's `shutdown_now` sweeps the rest of the burst, part of which the watcher may have
+/// pushed onto the very worker running the drop. Every task either ran or ended `Cancelled`,
+/// and every captured value is dropped exactly once.
+#[test]
+fn the_pool_dropped_by_the_first_task_of_a_burst() {
+    for workers in [1, 1, 2, 3] {
+        for burst in [2, 600] {
+            pool_dropped_from_inside(workers, burst);
+        }
+    }
+}
+
+fn pool_dropped_from_inside(workers: usize, burst: usize) {
+    let pool = ScheduledThreadPool::builder()
+        .threads(workers)
+        .build()
+        .unwrap();
+    let _ = pool
+        .schedule(|| (), Duration::from_millis(1))
+        .unwrap()
+        .join_timeout(LONG)
+        .expect("warm-up timer lost");
+    let handle = pool.handle();
+    let owner: Arc<Mutex<Option<ScheduledThreadPool>>> = Arc::new(Mutex::new(Some(pool)));
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let due = Instant::now() + Duration::from_millis(4);
+    let slots: Vec<Arc<Slot>> = (0..burst).map(|_| Arc::new(Slot::default())).collect();
+    let futures: Vec<_> = slots
+        .iter()
+        .map(|slot| {
+            let (run, owner, dropped) = (counted_task(slot), owner.clone(), dropped.clone());
+            handle
+                .schedule_at(
+                    move || {
+                        run();
+                        let pool = owner.lock().unwrap().take();
+                        if let Some(pool) = pool {
+                            drop(pool);
+                            dropped.fetch_add(1, SeqCst);
+                        }
+                    },
+                    due,
+                )
+                .unwrap()
+        })
+        .collect();
+    drop(owner);
+    assert!(
+        common::wait_until(LONG, || dropped.load(SeqCst) == 1),
+        "{workers} workers, burst {burst}: the pool was never dropped"
+    );
+    let mut ran = 0;
+    for (i, f) in futures.into_iter().enumerate() {
+        let runs = slots[i].runs.load(SeqCst);
+        match f.join() {
+            Ok(()) => assert_eq!(runs, 1, "task {i}: joined Ok"),
+            Err(e) => {
+                assert_eq!(e, wheelpool::TaskError::Cancelled, "task {i}");
+                assert_eq!(runs, 0, "task {i}: cancelled but ran");
+            }
+        }
+        ran += runs;
+    }
+    assert!(ran >= 1, "{workers} workers, burst {burst}");
+    for (i, slot) in slots.iter().enumerate() {
+        assert!(
+            common::wait_until(LONG, || slot.drops.load(SeqCst) == 1),
+            "{workers} workers, burst {burst}, task {i}: drops {}",
+            slot.drops.load(SeqCst)
+        );
+    }
+}
