@@ -59,10 +59,11 @@ fn usage(prefix: &str) -> Option<Usage> {
 /// The pool threads' usage over `window`, or `None` where `/proc` cannot tell.
 fn usage_over(prefix: &str, expected_threads: usize, window: Duration) -> Option<Usage> {
     let before = usage(prefix)?;
-    if before.threads != expected_threads {
-        eprintln!("{prefix}: found {} threads, skipping", before.threads);
-        return None;
-    }
+    // Where `/proc` answers, it must see the pool's threads (else the bounds check nothing).
+    assert_eq!(
+        before.threads, expected_threads,
+        "{prefix}: pool threads in /proc"
+    );
     thread::sleep(window);
     let after = usage(prefix)?;
     assert_eq!(after.threads, expected_threads, "{prefix}: pool threads");
@@ -250,6 +251,7 @@ fn ahead_case(prefix: &str, tick: Duration, delays_ms: &[u64]) {
             let (Some(before), Some(after)) = (before, usage(prefix)) else {
                 return;
             };
+            assert_eq!(after.threads, 3, "{prefix}: pool threads in /proc");
             let cpu = after.cpu.saturating_sub(before.cpu);
             let waited = start.elapsed();
             eprintln!("{prefix}: {delay_ms} ms timer, {waited:?}: {cpu:?}");
