@@ -13,8 +13,7 @@ mod manual_common;
 use common::{HOUR, LONG};
 use manual_common::bounded;
 use std::fs;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use std::sync::Arc;
+use std::sync::atomic::Ordering::SeqCst;
 use std::thread;
 use std::time::{Duration, Instant};
 use wheelpool::ScheduledThreadPool;
@@ -194,17 +193,7 @@ fn heartbeat_case(threads: usize) {
 fn heartbeat(threads: usize, period: Duration, window: Duration) -> (usize, Usage) {
     let prefix = format!("beat-{threads}-{}", period.as_millis());
     let pool = named_pool(&prefix, threads, Duration::from_millis(1));
-    let runs = Arc::new(AtomicUsize::new(0));
-    let r = runs.clone();
-    let beat = pool
-        .schedule_at_fixed_rate(
-            move || {
-                r.fetch_add(1, SeqCst);
-            },
-            period,
-            period,
-        )
-        .unwrap();
+    let (runs, beat) = common::counting_fixed_rate(&pool, period);
     assert!(common::wait_until(LONG, || runs.load(SeqCst) >= 2));
     let start = Instant::now();
     let before = runs.load(SeqCst);

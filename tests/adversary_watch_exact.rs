@@ -91,12 +91,7 @@ fn churn_of_short_timers_runs_or_cancels_each_exactly_once() {
 }
 
 fn churn_round(workers: usize, producers: u64, per_producer: u64) {
-    let pool = Arc::new(
-        ScheduledThreadPool::builder()
-            .threads(workers)
-            .build()
-            .unwrap(),
-    );
+    let pool = shared_pool(workers);
     let records: Vec<Record> = thread::scope(|s| {
         let handles: Vec<_> = (0..producers)
             .map(|t| {
@@ -327,12 +322,7 @@ fn shutdown_now_while_a_burst_comes_due_accounts_for_every_task() {
 
 /// One round; returns (burst tasks ran in the pool, burst tasks handed back).
 fn burst_round(workers: usize, burst: usize, stop: Stop) -> (usize, usize) {
-    let pool = Arc::new(
-        ScheduledThreadPool::builder()
-            .threads(workers)
-            .build()
-            .unwrap(),
-    );
+    let pool = shared_pool(workers);
     let tally = Arc::new(Tally::default());
     let mut periodic = Vec::new();
     for _ in 0..workers {
@@ -482,12 +472,7 @@ fn shutdown_now_from_the_first_task_of_a_burst() {
 }
 
 fn burst_stopped_from_inside(workers: usize, burst: usize) {
-    let pool = Arc::new(
-        ScheduledThreadPool::builder()
-            .threads(workers)
-            .build()
-            .unwrap(),
-    );
+    let pool = shared_pool(workers);
     let tally = Arc::new(Tally::default());
     // The first task to start takes the pool out of here and stops it.
     let stopper: Arc<Mutex<Option<Arc<ScheduledThreadPool>>>> =
@@ -615,4 +600,14 @@ fn pool_dropped_from_inside(workers: usize, burst: usize) {
             slot.drops.load(SeqCst)
         );
     }
+}
+
+/// A pool of `workers` that tasks can hold (and stop or drop from inside).
+fn shared_pool(workers: usize) -> Arc<ScheduledThreadPool> {
+    Arc::new(
+        ScheduledThreadPool::builder()
+            .threads(workers)
+            .build()
+            .unwrap(),
+    )
 }

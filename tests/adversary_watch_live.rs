@@ -216,19 +216,9 @@ fn fixed_rate_at_one_millisecond_keeps_running_and_is_never_ahead() {
     bounded(|| {
         for threads in [1, 3] {
             let pool = pool(threads);
-            let runs = Arc::new(AtomicUsize::new(0));
-            let r = runs.clone();
             let start = Instant::now();
             let period = Duration::from_millis(1);
-            let f = pool
-                .schedule_at_fixed_rate(
-                    move || {
-                        r.fetch_add(1, SeqCst);
-                    },
-                    period,
-                    period,
-                )
-                .unwrap();
+            let (runs, f) = common::counting_fixed_rate(&pool, period);
             assert!(
                 common::wait_until(LONG, || runs.load(SeqCst) >= 30),
                 "{threads} workers: stuck at {} runs",

@@ -165,3 +165,22 @@ pub(crate) fn block_worker(
     assert!(started.wait(LONG), "the blocking task started");
     (release, f)
 }
+
+/// A fixed-rate task at `period` (first run one period out) that counts its runs.
+pub(crate) fn counting_fixed_rate(
+    pool: &ScheduledThreadPool,
+    period: Duration,
+) -> (Arc<AtomicUsize>, wheelpool::ScheduledFuture<()>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let future = pool
+        .schedule_at_fixed_rate(
+            move || {
+                r.fetch_add(1, Ordering::SeqCst);
+            },
+            period,
+            period,
+        )
+        .unwrap();
+    (runs, future)
+}
