@@ -229,10 +229,15 @@ impl Core {
         if let Some(s) = &self.timer.settle {
             s.entering_pool(1);
         }
+        self.enqueue(task);
+        self.workers.sleep.notify(1);
+    }
+
+    /// Onto the calling worker's own deque (if called from one of ours), else the injector.
+    fn enqueue(&self, task: TaskRef) {
         if let Err(task) = worker::push_local(self, task) {
             self.workers.injector.push(task);
         }
-        self.workers.sleep.notify(1);
     }
 
     /// The timer thread's batch of due tasks.
@@ -252,9 +257,7 @@ impl Core {
     pub(crate) fn push_due(&self, due: &mut Vec<TaskRef>) {
         let n = due.len();
         for task in due.drain(..) {
-            if let Err(task) = worker::push_local(self, task) {
-                self.workers.injector.push(task);
-            }
+            self.enqueue(task);
         }
         if n > 1 {
             self.workers.sleep.notify(n - 1);

@@ -6,9 +6,9 @@
 //! again at once; otherwise announce the sleep tick, fence, re-read every hint, and park (ground
 //! rules in `timer/mod.rs`).
 
-use super::{duration_nanos, Gate, Host, Lifecycle, Timer, AWAKE, CHUNK};
+use super::{clear_keys, duration_nanos, Gate, Host, Lifecycle, Timer, AWAKE, CHUNK};
 use crate::sync::{fence, Arc, Ordering};
-use crate::task::{TaskRef, NO_KEY};
+use crate::task::TaskRef;
 use crate::wheel::Wheel;
 use std::time::Duration;
 
@@ -129,14 +129,9 @@ impl Driver {
                 self.next[i] = hint;
                 continue;
             }
-            {
-                let mut shard = cell.lock();
-                more |= !shard.wheel.poll_expired_bounded(now, CHUNK, &mut self.due);
-                clear_keys(&self.due);
-                let next = shard.wheel.next_expiration();
-                cell.set_hint(&shard, next);
-                self.next[i] = next;
-            }
+            let (unfinished, next) = cell.poll_chunk(&mut cell.lock(), now, &mut self.due);
+            more |= unfinished;
+            self.next[i] = next;
             dispatched += self.dispatch();
         }
         (more, dispatched)
@@ -264,13 +259,5 @@ impl Driver {
             wheel.drain(&mut all);
         }
         host.hand_back(all);
-    }
-}
-
-/// Tasks that just left a wheel (under its lock): clear their keys, so no later unlink can match
-/// a reused slot (the generation check would refuse it anyway, bar 2^32 reuses).
-pub(crate) fn clear_keys(tasks: &[TaskRef]) {
-    for task in tasks {
-        task.header().set_wheel_key(NO_KEY);
     }
 }

@@ -188,6 +188,24 @@ impl ShardCell {
         self.hint.store(next.unwrap_or(u64::MAX), Ordering::Relaxed);
     }
 
+    /// One bounded poll of this shard, the driver's or the watcher's, under its lock: moves at
+    /// most `CHUNK` entries due by tick `now` onto `due` (their keys cleared) and sets the hint
+    /// to the wheel's next expiration. Returns whether the shard has more due, and that next
+    /// expiration.
+    pub(crate) fn poll_chunk(
+        &self,
+        shard: &mut Shard,
+        now: u64,
+        due: &mut Vec<TaskRef>,
+    ) -> (bool, Option<u64>) {
+        let from = due.len();
+        let more = !shard.wheel.poll_expired_bounded(now, CHUNK, due);
+        clear_keys(&due[from..]);
+        let next = shard.wheel.next_expiration();
+        self.set_hint(shard, next);
+        (more, next)
+    }
+
     /// Under the lock, after an insert at `tick`: lowers the hint; true if it did.
     fn lower_hint(&self, _locked: &Shard, tick: u64) -> bool {
         let lowered = tick < self.hint.load(Ordering::Relaxed);
@@ -397,11 +415,7 @@ impl Timer {
             let Some(mut shard) = cell.lock.try_lock() else {
                 continue; // the driver (awake at this tick too) or a producer has it
             };
-            let from = due.len();
-            shard.wheel.poll_expired_bounded(now, CHUNK, due);
-            let next = shard.wheel.next_expiration();
-            cell.set_hint(&shard, next);
-            driver::clear_keys(&due[from..]);
+            cell.poll_chunk(&mut shard, now, due);
         }
         due.retain(|t| t.header().state.is_scheduled());
     }
@@ -438,6 +452,14 @@ fn insert_unless_cancelled(wheel: &mut Wheel<TaskRef>, tick: u64, task: &TaskRef
     }
     let key = wheel.insert(tick, task.clone());
     task.header().set_wheel_key(key.to_u64());
+}
+
+/// Tasks that just left a wheel (under its lock): clear their keys, so no later unlink can match
+/// a reused slot (the generation check would refuse it anyway, bar 2^32 reuses).
+pub(super) fn clear_keys(tasks: &[TaskRef]) {
+    for task in tasks {
+        task.header().set_wheel_key(NO_KEY);
+    }
 }
 
 /// Removes `task`'s wheel entry, if it has a live one; returns the wheel's reference so the
