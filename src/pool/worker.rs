@@ -259,11 +259,8 @@ impl Watch for TimerWatch<'_> {
 /// `shutdown_now` either finds the pool stopped before we poll or waits for our pushes and
 /// sweeps them.
 fn poll_due(core: &Core, index: usize) {
-    let flag = &core.workers.taking[index].0;
-    flag.store(true, Ordering::Relaxed);
-    // SeqCst fence: pairs with the fence in `WorkerSet::quiesce`, as in `find_task`.
-    fence(Ordering::SeqCst);
-    if core.lifecycle() == Lifecycle::Running {
+    let (flag, life) = raise_taking(core, index);
+    if life == Lifecycle::Running {
         let mut due = Vec::new();
         core.timer.help_poll(&mut due);
         core.push_due(&mut due);
@@ -302,14 +299,21 @@ fn spin_for_work<'a>(core: &'a Core, index: usize, runs: u32) -> Found<'a> {
     Found::Nothing
 }
 
-/// Takes a task under the `taking` flag (ground rules), unless the pool is stopping.
-fn find_task(core: &Core, index: usize, runs: u32) -> Found<'_> {
+/// Step 1 of a take (ground rules): raises worker `index`'s `taking` flag, then reads the
+/// lifecycle after the fence. Returns the flag (for the caller to lower) and what it read.
+fn raise_taking(core: &Core, index: usize) -> (&AtomicBool, Lifecycle) {
     let flag = &core.workers.taking[index].0;
     flag.store(true, Ordering::Relaxed);
     // SeqCst fence: pairs with the fence in `WorkerSet::quiesce` (ground rules): either
-    // `shutdown_now` sees the raised flag, or the lifecycle read below sees `Stop`.
+    // `shutdown_now` sees the raised flag, or the lifecycle read after it sees `Stop`.
     fence(Ordering::SeqCst);
-    if core.lifecycle() == Lifecycle::Stop {
+    (flag, core.lifecycle())
+}
+
+/// Takes a task under the `taking` flag (ground rules), unless the pool is stopping.
+fn find_task(core: &Core, index: usize, runs: u32) -> Found<'_> {
+    let (flag, life) = raise_taking(core, index);
+    if life == Lifecycle::Stop {
         flag.store(false, Ordering::Relaxed); // nothing taken: no CAS to publish
         return Found::Stop;
     }
