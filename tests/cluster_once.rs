@@ -10,38 +10,10 @@ use pg_common::{wait_until, PgServer, LONG};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use wheelpool::cluster::{
-    Claim, ClaimOutcome, ClaimRequest, ClusterError, ClusterJob, ClusterTask, LockStore,
-    PgLockStore, Released,
-};
+use wheelpool::cluster::{ClusterError, ClusterJob, ClusterTask, PgLockStore, StoreErrorKind};
 use wheelpool::{ScheduledThreadPool, TaskError};
 
 const PERIOD: Duration = Duration::from_millis(100);
-
-/// A store that records every claim the node made: the slot its store time fell in and the
-/// outcome.
-#[derive(Debug)]
-struct Recording {
-    inner: PgLockStore,
-    claims: Arc<Mutex<Vec<(u64, ClaimOutcome)>>>,
-}
-
-impl LockStore for Recording {
-    fn try_claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, ClusterError> {
-        let claim = self.inner.try_claim(req)?;
-        let slot = (claim.store_time - req.offset).as_nanos() / req.period.as_nanos();
-        let slot = u64::try_from(slot).unwrap();
-        if let ClaimOutcome::Won { run } = claim.outcome {
-            assert_eq!(run, slot, "the run number is the slot of the store's clock");
-        }
-        self.claims.lock().unwrap().push((slot, claim.outcome));
-        Ok(claim)
-    }
-
-    fn release(&self, job: &str, run: u64, owner: &str) -> Result<Released, ClusterError> {
-        self.inner.release(job, run, owner)
-    }
-}
 
 /// One node: its own pool, store connection and job handle; runs go to `runs` as
 /// (run number, node), errors to `errors`.
@@ -53,7 +25,7 @@ struct Node {
 type Runs = Arc<Mutex<Vec<(u64, String)>>>;
 type Errors = Arc<Mutex<Vec<ClusterError>>>;
 
-fn node(store: Arc<dyn LockStore>, label: &str, job: &str, runs: &Runs, errors: &Errors) -> Node {
+fn node(store: Arc<PgLockStore>, label: &str, job: &str, runs: &Runs, errors: &Errors) -> Node {
     let pool = ScheduledThreadPool::builder().threads(2).build().unwrap();
     let errors = errors.clone();
     let job = ClusterJob::builder(job, store)
@@ -102,16 +74,13 @@ fn three_nodes_run_every_period_exactly_once() {
     let server = PgServer::start();
     let runs: Runs = Arc::default();
     let errors: Errors = Arc::default();
-    let claims = Arc::new(Mutex::new(Vec::new()));
+    let stores: Vec<Arc<PgLockStore>> = (0..3)
+        .map(|_| Arc::new(PgLockStore::connect(&server.url()).unwrap()))
+        .collect();
     let nodes: Vec<Node> = ["a", "b", "c"]
         .iter()
-        .map(|label| {
-            let store = Recording {
-                inner: PgLockStore::connect(&server.url()).unwrap(),
-                claims: claims.clone(),
-            };
-            node(Arc::new(store), label, "sweep", &runs, &errors)
-        })
+        .zip(&stores)
+        .map(|(label, store)| node(store.clone(), label, "sweep", &runs, &errors))
         .collect();
 
     assert!(
@@ -122,48 +91,30 @@ fn three_nodes_run_every_period_exactly_once() {
 
     let runs = runs.lock().unwrap().clone();
     assert_eq!(doubles(&runs), vec![], "no run number may run twice");
+    // Nothing was skipped or failed: every run from the first to the last ran, once.
     assert!(
         errors.lock().unwrap().is_empty(),
         "{:?}",
         errors.lock().unwrap()
     );
-
-    // Every slot that some node tried while no lease blocked it was run, and by one node: the
-    // slots won are exactly the slots tried, less those where every try found a lease held.
-    let claims = claims.lock().unwrap().clone();
-    let mut by_slot: BTreeMap<u64, Vec<ClaimOutcome>> = BTreeMap::new();
-    for (slot, outcome) in claims {
-        by_slot.entry(slot).or_default().push(outcome);
-    }
-    for (slot, outcomes) in &by_slot {
-        let won = outcomes
-            .iter()
-            .filter(|o| matches!(o, ClaimOutcome::Won { .. }))
-            .count();
-        let all_leased = outcomes
-            .iter()
-            .all(|o| matches!(o, ClaimOutcome::Leased { .. }));
-        assert!(
-            won == 1 || (won == 0 && all_leased),
-            "slot {slot}: {outcomes:?}"
-        );
-    }
-    let won: Vec<u64> = runs.iter().map(|(run, _)| *run).collect();
-    let tried = by_slot.len();
-    // All three nodes took part, and each tried (nearly) every slot.
-    for label in ["a", "b", "c"] {
-        assert!(
-            runs.iter().any(|(_, n)| n == label),
-            "node {label} never won a run: {runs:?}"
-        );
-    }
-    println!(
-        "{} runs in {} slots tried, run numbers {}..={}",
-        won.len(),
-        tried,
-        won.iter().min().unwrap(),
-        won.iter().max().unwrap()
+    let mut numbers: Vec<u64> = runs.iter().map(|(run, _)| *run).collect();
+    numbers.sort_unstable();
+    let (first, last) = (numbers[0], *numbers.last().unwrap());
+    assert_eq!(
+        numbers,
+        (first..=last).collect::<Vec<_>>(),
+        "every run between the first and the last ran"
     );
+    // The counters agree: each run was won by exactly one node.
+    let won: u64 = stores.iter().map(|s| s.stats().claims_won).sum();
+    assert_eq!(won, numbers.len() as u64);
+    // The job table shows the last run and the node that ran it.
+    let table = stores[0].jobs().unwrap();
+    assert_eq!(table.len(), 1);
+    assert_eq!(table[0].name, "sweep");
+    assert_eq!(table[0].period, PERIOD);
+    assert!(table[0].last_run.unwrap() >= last);
+    println!("{} runs, run numbers {first}..={last}", numbers.len());
 }
 
 #[test]
@@ -235,8 +186,11 @@ fn an_unreachable_server_at_setup_is_unavailable() {
         .port();
     let url = format!("host=127.0.0.1 port={port} user=postgres connect_timeout=5");
     let err = PgLockStore::connect(&url).unwrap_err();
-    assert!(matches!(err, ClusterError::Unavailable { .. }), "{err:?}");
-    assert!(err.to_string().contains("reconnects"), "{err}");
+    let ClusterError::Unavailable(cause) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(cause.kind(), StoreErrorKind::Connect, "{err}");
+    assert!(err.to_string().contains("connect failed"), "{err}");
     assert!(PgLockStore::connect_lazy(&url).is_ok());
 }
 
@@ -270,6 +224,8 @@ fn the_server_failing_mid_run_leaves_the_lease_to_expire_and_the_job_goes_on() {
         Arc::new(PgLockStore::connect(&server.url()).unwrap()),
     )
     .at_most_for(lease)
+    // No grace: the runs the unreleased lease held up are skipped, not caught up.
+    .misfire_grace(Duration::ZERO)
     .on_error(move |err| e.lock().unwrap().push(err))
     .build()
     .unwrap()

@@ -1,6 +1,6 @@
 //! `ClusterJob` and its builder: a job's cluster-wide name, lease and error handler.
 
-use super::store::LockStore;
+use super::pg::PgLockStore;
 use super::task::{ClusterRun, ClusterTask, ErrorHandler, Shared, Spec};
 use super::ClusterError;
 use crate::sync::Arc;
@@ -13,8 +13,19 @@ use std::time::Duration;
 /// The shortest period and lease accepted: the pool's default tick.
 const MIN_STEP: Duration = Duration::from_millis(1);
 
-/// The longest job name accepted (it is a primary key in the store).
+/// The longest period, offset, lease or misfire grace accepted (100 years): the store counts
+/// time in nanoseconds since the epoch in a signed 64-bit integer, which ends in 2262.
+const MAX_SPAN: Duration = Duration::from_secs(100 * 365 * 86_400);
+
+/// The longest job name and node label accepted (the name is the store's primary key).
 const MAX_NAME: usize = 200;
+
+/// The misfire grace when none is set: three periods, at least 1 s, at most Quartz's 60 s.
+fn default_grace(period: Duration) -> Duration {
+    period
+        .saturating_mul(3)
+        .clamp(Duration::from_secs(1), Duration::from_secs(60))
+}
 
 /// A job that runs once per planned run across every node that schedules it under the same
 /// name and store. Build it with [`ClusterJob::builder`], then schedule it on each node's pool
@@ -36,15 +47,23 @@ const MAX_NAME: usize = 200;
 ///     .unwrap();
 /// assert_eq!(job.name(), "nightly-cleanup");
 ///
-/// let err = ClusterJob::builder("", Arc::new(PgLockStore::connect_lazy("").unwrap())).build();
+/// let store = Arc::new(PgLockStore::connect_lazy("host=127.0.0.1 port=1").unwrap());
+/// for bad in ["", "nul\0inside"] {
+///     let err = ClusterJob::builder(bad, store.clone()).build();
+///     assert!(matches!(err, Err(ClusterError::InvalidJob(_))));
+/// }
+/// let err = ClusterJob::builder("ok", store).at_most_for(Duration::MAX).build();
 /// assert!(matches!(err, Err(ClusterError::InvalidJob(_))));
 /// ```
 pub struct ClusterJob {
     name: String,
     node: String,
-    store: Arc<dyn LockStore>,
+    store: Arc<PgLockStore>,
     lease: Option<Duration>,
     offset: Duration,
+    grace: Option<Duration>,
+    take_over: bool,
+    keep_alive: bool,
     survive_panics: bool,
     on_error: Option<ErrorHandler>,
 }
@@ -86,7 +105,7 @@ impl ClusterJob {
     /// let job = ClusterJob::builder("sweep", store).build().unwrap();
     /// assert!(job.node().starts_with("pid"));
     /// ```
-    pub fn builder(name: impl Into<String>, store: Arc<dyn LockStore>) -> ClusterJobBuilder {
+    pub fn builder(name: impl Into<String>, store: Arc<PgLockStore>) -> ClusterJobBuilder {
         ClusterJobBuilder {
             job: ClusterJob {
                 name: name.into(),
@@ -94,6 +113,9 @@ impl ClusterJob {
                 store,
                 lease: None,
                 offset: Duration::ZERO,
+                grace: None,
+                take_over: false,
+                keep_alive: false,
                 survive_panics: false,
                 on_error: None,
             },
@@ -170,7 +192,7 @@ impl ClusterJob {
         let spec = self.spec(period)?;
         Shared::start(
             spec,
-            self.store.clone(),
+            self.store.core().clone(),
             handle,
             self.on_error.clone(),
             Box::new(f),
@@ -180,11 +202,11 @@ impl ClusterJob {
     fn spec(&self, period: Duration) -> Result<Spec, ClusterError> {
         let invalid = |why: String| Err(ClusterError::InvalidJob(why));
         let lease = self.lease.unwrap_or(period);
-        if period < MIN_STEP {
-            return invalid(format!("period {period:?} is under 1 ms"));
-        }
-        if lease < MIN_STEP {
-            return invalid(format!("at_most_for {lease:?} is under 1 ms"));
+        let grace = self.grace.unwrap_or_else(|| default_grace(period));
+        if !(MIN_STEP..=MAX_SPAN).contains(&period) {
+            return invalid(format!(
+                "period {period:?} is not within 1 ms ..= 100 years"
+            ));
         }
         if self.offset >= period {
             return invalid(format!(
@@ -192,24 +214,56 @@ impl ClusterJob {
                 self.offset
             ));
         }
+        if !(MIN_STEP..=MAX_SPAN).contains(&lease) {
+            return invalid(format!(
+                "at_most_for {lease:?} is not within 1 ms ..= 100 years"
+            ));
+        }
+        if lease.subsec_nanos() % 1_000 != 0 {
+            return invalid(format!(
+                "at_most_for {lease:?} is not a whole number of microseconds (the store's unit)"
+            ));
+        }
+        if grace > MAX_SPAN {
+            return invalid(format!("misfire_grace {grace:?} is over 100 years"));
+        }
         Ok(Spec {
-            job: self.name.clone(),
-            node: self.node.clone(),
-            owner: format!("{}#{:08x}", self.node, random_u32()),
+            job: self.name.as_str().into(),
+            node: self.node.as_str().into(),
+            owner: format!("{}#{:08x}", self.node, random_u32()).into(),
             period,
             offset: self.offset,
             lease,
+            grace,
+            take_over: self.take_over,
+            keep_alive: self.keep_alive,
             survive_panics: self.survive_panics,
         })
     }
 }
 
-/// A random tag that tells apart two nodes given the same label.
+/// A random tag that tells apart two chains given the same node label.
 fn random_u32() -> u32 {
     let mut hasher = RandomState::new().build_hasher();
     hasher.write_u32(std::process::id());
     // The low half of the hash: truncation is the point.
     hasher.finish() as u32
+}
+
+/// Checks a name or label: 1 to [`MAX_NAME`] bytes, no NUL (the store's text cannot hold one).
+fn check_name(what: &str, name: &str) -> Result<(), ClusterError> {
+    if name.is_empty() || name.len() > MAX_NAME {
+        return Err(ClusterError::InvalidJob(format!(
+            "the {what} must be 1 to {MAX_NAME} bytes, got {} bytes",
+            name.len()
+        )));
+    }
+    if name.contains('\0') {
+        return Err(ClusterError::InvalidJob(format!(
+            "the {what} {name:?} holds a NUL byte"
+        )));
+    }
+    Ok(())
 }
 
 impl ClusterJobBuilder {
@@ -272,6 +326,75 @@ impl ClusterJobBuilder {
         self
     }
 
+    /// How late a run may still be claimed, past its own period: run `k` may be claimed until
+    /// `grace` after run `k + 1` is planned. A node that wakes (or reaches the store) late
+    /// claims the oldest such run, and runs them once each, in order; a run older than that
+    /// is skipped and reported ([`ClusterError::RunSkipped`] with
+    /// [`SkipReason::Misfired`](super::SkipReason::Misfired)). Quartz calls it the misfire
+    /// threshold. Default: three periods, at least 1 s, at most 60 s. Zero: a run is claimable
+    /// only within its own period (a node that comes late runs the current run only).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use wheelpool::cluster::{ClusterJob, PgLockStore};
+    ///
+    /// let store = Arc::new(PgLockStore::connect_lazy("host=127.0.0.1 port=1").unwrap());
+    /// let job = ClusterJob::builder("report", store).misfire_grace(Duration::from_secs(600)).build();
+    /// assert!(job.is_ok());
+    /// ```
+    pub fn misfire_grace(mut self, grace: Duration) -> Self {
+        self.job.grace = Some(grace);
+        self
+    }
+
+    /// Move the job to this node's period and offset if the store holds others (a rolling
+    /// deploy that changes the schedule). The new grid starts after the end of the old
+    /// grid's last claimed period, so no stretch of time is run twice; nodes still on the old
+    /// settings stop running it and report [`ClusterError::ConfigMismatch`]. Without it
+    /// (the default) a node whose settings differ does not run the job.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use wheelpool::cluster::{ClusterJob, PgLockStore};
+    ///
+    /// let store = Arc::new(PgLockStore::connect_lazy("host=127.0.0.1 port=1").unwrap());
+    /// assert!(ClusterJob::builder("report", store).take_over(true).build().is_ok());
+    /// ```
+    pub fn take_over(mut self, yes: bool) -> Self {
+        self.job.take_over = yes;
+        self
+    }
+
+    /// Keep the lease alive while a run lasts: every third of `at_most_for` the store's own
+    /// thread extends it to a full `at_most_for` again (ShedLock's "extend lock"), so the
+    /// lease can be short (fast failover after a node dies) and runs long. A renewal that
+    /// fails is reported. Without it, a run can still call
+    /// [`ClusterRun::keep_alive`](super::ClusterRun::keep_alive) itself. Default: off.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use wheelpool::cluster::{ClusterJob, PgLockStore};
+    ///
+    /// let store = Arc::new(PgLockStore::connect_lazy("host=127.0.0.1 port=1").unwrap());
+    /// let job = ClusterJob::builder("billing", store)
+    ///     .at_most_for(Duration::from_secs(10))
+    ///     .keep_alive(true)
+    ///     .build();
+    /// assert!(job.is_ok());
+    /// ```
+    pub fn keep_alive(mut self, yes: bool) -> Self {
+        self.job.keep_alive = yes;
+        self
+    }
+
     /// Keep this node's part of the job going after a run panics (the panic still goes to
     /// the pool's panic handler). Default: a panic ends it, like a periodic task of the pool.
     ///
@@ -330,12 +453,20 @@ impl ClusterJobBuilder {
     ///
     /// See [`ClusterJob`].
     pub fn build(self) -> Result<ClusterJob, ClusterError> {
-        let name = &self.job.name;
-        if name.is_empty() || name.len() > MAX_NAME {
-            return Err(ClusterError::InvalidJob(format!(
-                "the name must be 1 to {MAX_NAME} bytes, got {} bytes",
-                name.len()
-            )));
+        check_name("name", &self.job.name)?;
+        check_name("node label", &self.job.node)?;
+        if let Some(lease) = self.job.lease {
+            if !(MIN_STEP..=MAX_SPAN).contains(&lease) || lease.subsec_nanos() % 1_000 != 0 {
+                return Err(ClusterError::InvalidJob(format!(
+                    "at_most_for {lease:?} is not a whole number of microseconds within \
+                     1 ms ..= 100 years"
+                )));
+            }
+        }
+        if self.job.grace.is_some_and(|g| g > MAX_SPAN) {
+            return Err(ClusterError::InvalidJob(
+                "misfire_grace is over 100 years".into(),
+            ));
         }
         Ok(self.job)
     }
@@ -349,6 +480,9 @@ impl fmt::Debug for ClusterJob {
             .field("store", &self.store)
             .field("lease", &self.lease)
             .field("offset", &self.offset)
+            .field("grace", &self.grace)
+            .field("take_over", &self.take_over)
+            .field("keep_alive", &self.keep_alive)
             .field("survive_panics", &self.survive_panics)
             .field("on_error", &self.on_error.is_some())
             .finish()

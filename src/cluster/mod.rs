@@ -2,8 +2,7 @@
 //!
 //! Several replicas of a service each run a pool, and each schedules the nightly cleanup; the
 //! cleanup should still run once a night, not once per replica. Give the job a cluster-wide
-//! name and a shared [`LockStore`] ([`PgLockStore`] on PostgreSQL), and schedule it on every
-//! replica:
+//! name and a shared [`PgLockStore`] (PostgreSQL), and schedule it on every replica:
 //!
 //! ```no_run
 //! use std::sync::Arc;
@@ -16,7 +15,8 @@
 //! let store = Arc::new(PgLockStore::connect("postgresql://app@db:5432/app")?);
 //! let job = ClusterJob::builder("nightly-cleanup", store)
 //!     .offset(Duration::from_secs(3 * 3600))   // at 03:00 UTC (by the database's clock)
-//!     .at_most_for(Duration::from_secs(3600))  // a dead replica blocks it for an hour at most
+//!     .at_most_for(Duration::from_secs(60))    // a dead replica blocks it for a minute at most
+//!     .keep_alive(true)                        // ... while a live one keeps its lease
 //!     .on_error(|err| eprintln!("cleanup: {err}"))
 //!     .build()?;
 //! let task = job.schedule_at_fixed_rate(&pool.handle(), |run| {
@@ -29,68 +29,97 @@
 //!
 //! # The rule
 //!
+//! What is guaranteed, and what it rests on. A *node* is one chain of wake-ups: one
+//! `schedule_at_fixed_rate` call of one process.
+//!
 //! - **Runs are numbered by the database's clock.** Run `k` of a job is planned at
-//!   `offset + k * period` after the Unix epoch, *as the store's clock reads it*. A claim reads
-//!   the store's clock once, in the same atomic statement that decides it, and computes the
-//!   current run number `k = (now - offset) / period` there. No node's clock is ever compared
-//!   with another's, so nodes whose clocks disagree by seconds or hours still agree on `k`.
-//! - **A run is claimed once.** The store keeps, per job, the last claimed run number and a
-//!   lease. A claim of run `k` wins only if the last claimed run is older than `k` and no lease
-//!   is held; it then records `k` and a lease until `now + at_most_for`. A run number is never
-//!   claimed twice, so a node whose wake-up comes late (or early, or twice) in the same period
-//!   finds it taken and does nothing. That is what ShedLock needs `lockAtLeastFor` and
-//!   synchronized clocks for; here the lease can end the moment the run returns.
-//! - **Every node tries every run.** Each node plans its wake-ups from its last reading of the
-//!   store's clock (not from its own wall clock): at the start of each period, plus 1 ms, and at
-//!   least once a minute so that its clock's rate cannot drift far from the store's. The
-//!   first node to claim runs the job; the others find it taken. So while at least one node is
-//!   up, every planned run is run by exactly one node, and never by two.
-//! - **Death and leases.** A node that dies mid-run leaves its lease; the other nodes, seeing
-//!   it held, wake up when it ends (at most `at_most_for` after the claim) and the first of them
-//!   claims the run current at that moment. The dead node's run is **not** run again (at most
-//!   once, like ShedLock; a job that must not miss a run should make each run catch up on what
-//!   the last one left). Periods that start while a lease is held are claimed when it ends, if
-//!   it ends within them, or skipped (like [`MissedTicks::Skip`](crate::MissedTicks::Skip)):
-//!   runs of one job never overlap while the lease holds.
-//! - **A run that outlives its lease** is reported ([`ClusterError::LeaseExpired`], saying
-//!   whether another node has taken over meanwhile, in which case the two may have
-//!   overlapped). Pick `at_most_for` above the longest run.
-//! - **Time jumps.** If the store's clock steps back, run numbers go back and claims find them
-//!   taken: runs are skipped until the clock catches up, never repeated. Changing a job's
-//!   period restarts its count (the store keeps the period with the row); all nodes must use
-//!   the same name, period and offset.
+//!   `offset + k * period` after the Unix epoch, in nanoseconds, exactly (any period from 1 ms
+//!   to 100 years; `Duration::from_secs(1) / 3` is fine). The store keeps the job's period
+//!   and offset in its row, and every claim reads the store's clock once, in the same atomic
+//!   statement that decides it. No node's clock is compared with another's.
+//! - **A run is claimed at most once, ever**, across all nodes and all settings. The row holds
+//!   the highest run number claimed; a claim takes the oldest run after it that is due and
+//!   still claimable (run `k` is, until the *misfire grace* after run `k + 1` is planned),
+//!   and only while no lease is held. Runs are taken in order, each once.
+//! - **While a node can reach the store, every planned run is run or reported.** Each node
+//!   wakes at each planned time (from its last reading of the store's clock, re-read at least
+//!   once a minute) and claims. A claim that fails (a dead connection, a timeout) is retried,
+//!   on a fresh connection, with backoff; a wake-up or claim that lands late, even in a later
+//!   period, still gets the run it was meant for while that run is claimable
+//!   ([`ClusterJobBuilder::misfire_grace`]; default three periods, 1 s to 60 s). A run that
+//!   nobody claimed in its grace, a run that came while the job was paused, and a run whose
+//!   claimer's pool was shutting down are reported once, by the node that finds them
+//!   ([`ClusterError::RunSkipped`] with its number, planned time and [`SkipReason`]), to
+//!   its handler and its [`ClusterStats`].
+//! - **A claim whose answer is lost is not lost.** Each claim carries the last claim its node
+//!   handled; when the row shows a later claim made for this node that it never saw (the
+//!   connection broke after the database committed), the next claim hands it back to that
+//!   node, and to no other. (A node that dies between the two leaves its claim unrun: at
+//!   most once, like ShedLock.)
+//! - **Every call is bounded on the client side** ([`PgLockStore`]): connect (TCP and login),
+//!   claim, release, renew and the admin calls end within their timeout whatever the server
+//!   does (frozen, silent, half-open); a timed-out connection is dropped and replaced. Calls
+//!   are spread over several connections, so one stalled call does not hold up the node's
+//!   other jobs, and claims go in batches (one statement for all claims waiting).
+//! - **Settings never drift silently.** A node whose period or offset differ from the row's
+//!   does not run the job and reports [`ClusterError::ConfigMismatch`] (an error from
+//!   `schedule_at_fixed_rate` if it finds it then). Built with
+//!   [`take_over`](ClusterJobBuilder::take_over), it moves the row to its settings instead:
+//!   the new grid's first run is planned no earlier than the end of the old grid's last
+//!   claimed period, so no stretch of time is run twice, and nodes still on the old settings
+//!   stop running the job.
+//! - **Leases.** A claim holds the job until `now + at_most_for` (store clock); the run's end
+//!   releases it at once. A node that dies mid-run blocks the job for at most the lease; the
+//!   runs that came meanwhile are claimed, in order, by the next node while within the grace.
+//!   With [`keep_alive`](ClusterJobBuilder::keep_alive) the store's thread extends the lease
+//!   every third of it while the run lasts (a run may also call [`ClusterRun::keep_alive`]),
+//!   so a short lease gives fast failover without cutting long runs short. A run that
+//!   outlives its lease is reported ([`ClusterError::LeaseExpired`], saying whether another
+//!   node has taken over meanwhile, in which case the two may have overlapped).
+//! - **Time jumps.** If the store's clock steps back, claims find the runs taken until it
+//!   catches up: never repeated. If it steps forward, the runs jumped over are claimed while
+//!   within the grace, and reported past it.
 //!
 //! # Where it runs, and failures
 //!
-//! Each wake-up is a one-shot task on the node's pool; the claim, the job body and the release
-//! all run on that worker, and the store calls block it for a round trip (bounded by the
-//! store's timeouts: see [`PgLockStore`]). A node runs at most one wake-up of a job at a time.
+//! Each wake-up is a one-shot task on the node's pool that hands a claim to the store and
+//! returns: no pool worker waits for the database. The store's own thread sends the claims
+//! and hands won runs back to the pool; the body runs on a pool worker. A node runs at most
+//! one wake-up, claim or run of a job at a time.
 //!
-//! The database unreachable or failing never panics a worker: the claim fails, the run is
-//! skipped on this node, and the error goes to the handler set with
-//! [`ClusterJobBuilder::on_error`] (without one: to the pool's panic handler, as the panic of
-//! a separate one-shot task; see there). A release that fails leaves the lease to expire. The
-//! store reconnects with backoff, and runs resume when the database is back. A bad connection
-//! string is an error at setup ([`ClusterError::InvalidUrl`]).
+//! The database unreachable or failing never panics a worker: the claim fails, the node
+//! retries, and the error goes to the handler set with [`ClusterJobBuilder::on_error`]
+//! (without one: to the pool's panic handler, as the panic of a separate one-shot task; see
+//! there). Errors name their cause: a [`StoreError`] with the call, the kind of failure and
+//! the database's SQLSTATE and message.
 //!
-//! A claim whose answer is lost (the connection drops after the database committed it) counts
-//! as claimed but is not run: the rule prefers a missed run to a double one.
+//! # Seeing and steering it
+//!
+//! [`PgLockStore::jobs`] lists the store's jobs (period, offset, last run, which node ran it
+//! and when, the lease, the next planned run by the database's clock);
+//! [`PgLockStore::pause`], [`resume`](PgLockStore::resume) and
+//! [`trigger`](PgLockStore::trigger) steer a job cluster-wide. [`ClusterTask::stats`] and
+//! [`PgLockStore::stats`] count claims won, runs found taken, runs skipped by reason, failed
+//! calls and claim latency, per job and per node.
 //!
 //! # Run it
 //!
 //! `cargo run --example cluster_job --features postgres` starts a throwaway PostgreSQL server
-//! (or uses `DATABASE_URL`) and three nodes, and prints which node ran each period.
+//! (or uses `DATABASE_URL`) and three nodes, and prints which node ran each period;
+//! `cargo run --example cluster_jobs_table --features postgres` prints the job table.
 
+mod calls;
 mod error;
 mod job;
 mod pg;
-mod store;
+mod sql;
+mod stats;
 mod task;
 
-pub use error::ClusterError;
+pub use error::{ClusterError, SkipReason, StoreError, StoreErrorKind};
 pub use job::{ClusterJob, ClusterJobBuilder};
-pub use pg::PgLockStore;
-pub use store::{Claim, ClaimOutcome, ClaimRequest, LockStore, Released};
+pub use pg::{JobInfo, PgLockStore, PgLockStoreBuilder};
+pub use stats::ClusterStats;
 pub use task::{ClusterRun, ClusterTask};
 
 /// Which public types of this module cross threads, decided on purpose and checked at compile
@@ -102,4 +131,5 @@ fn _thread_safety() {
     send_sync::<ClusterJob>();
     send_sync::<ClusterTask>();
     send_sync::<ClusterError>();
+    send_sync::<ClusterStats>();
 }

@@ -1,135 +1,139 @@
-//! `PgLockStore`: the lock store on PostgreSQL, one row per job, with time from the server.
-//!
-//! Ground rules:
-//! - One connection per store, behind a mutex: a call holds it for one statement (or a
-//!   connect). Every statement is bounded: `connect_timeout`, TCP keepalives and a user timeout
-//!   on the socket, and `statement_timeout` / `lock_timeout` on the session.
-//! - A call that finds no connection connects, unless it is inside the backoff after a failed
-//!   connect (it then fails at once with `Unavailable`). A connection that errors at the socket
-//!   level is dropped; the next call connects again.
-//! - Every time is the server's `now()` (one per statement, so one reading decides a claim).
+//! `PgLockStore`: the lock store on PostgreSQL, its settings, and the admin calls (the job
+//! table, pause, resume, trigger). The calls themselves, and their bounds, are in
+//! [`calls`](super::calls).
 
-use super::store::{Claim, ClaimOutcome, ClaimRequest, LockStore, Released};
+use super::calls::StoreCore;
+use super::sql;
+use super::stats::ClusterStats;
 use super::ClusterError;
-use crate::sync::Mutex;
-use postgres::config::SslMode;
-use postgres::{Client, Config, NoTls};
+use crate::sync::Arc;
 use std::fmt;
 use std::str::FromStr;
-use std::time::{Duration, Instant};
+use std::time::{Duration, SystemTime};
+use tokio_postgres::config::SslMode;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Config, Row};
 
-/// The table, created if missing. `period_us` is part of the state so that a job whose period
-/// changes starts a fresh run count instead of waiting for the old one to be passed.
-const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS wheelpool_cluster_jobs (
-    name         text PRIMARY KEY,
-    period_us    bigint NOT NULL,
-    last_run     bigint NOT NULL,
-    locked_by    text NOT NULL,
-    locked_at    timestamptz NOT NULL,
-    locked_until timestamptz NOT NULL
-)";
-
-/// Concurrent `CREATE TABLE IF NOT EXISTS` can fail with a unique violation in the catalog:
-/// nodes starting together take this advisory lock around it.
-const DDL_LOCK_KEY: i64 = 0x0077_686c_706f_6f6c; // "whlpool" in ASCII
-
-/// The claim: one statement, one `now()`. The insert wins when the job has no row; the update
-/// wins when the stored run is older than the current one (or the period changed) and no lease
-/// is held. The outer select reports the server time and, from the snapshot before the claim,
-/// when the blocking lease ends.
-const CLAIM: &str = "WITH t AS (SELECT (extract(epoch FROM now()) * 1000000)::bigint AS now_us),
-claim AS (
-    INSERT INTO wheelpool_cluster_jobs AS j
-        (name, period_us, last_run, locked_by, locked_at, locked_until)
-    SELECT $1::text, $2::bigint, (t.now_us - $3::bigint) / $2::bigint, $4::text, now(),
-           now() + $5::bigint * interval '1 microsecond'
-    FROM t
-    ON CONFLICT (name) DO UPDATE SET
-        period_us = EXCLUDED.period_us, last_run = EXCLUDED.last_run,
-        locked_by = EXCLUDED.locked_by, locked_at = EXCLUDED.locked_at,
-        locked_until = EXCLUDED.locked_until
-    WHERE (j.last_run < EXCLUDED.last_run OR j.period_us <> EXCLUDED.period_us)
-      AND j.locked_until <= now()
-    RETURNING j.last_run)
-SELECT t.now_us, (SELECT last_run FROM claim),
-       (SELECT (extract(epoch FROM locked_until) * 1000000)::bigint
-          FROM wheelpool_cluster_jobs WHERE name = $1::text)
-FROM t";
-
-/// End the lease now if this owner still holds it for this run.
-const RELEASE: &str = "UPDATE wheelpool_cluster_jobs SET locked_until = now()
-    WHERE name = $1::text AND last_run = $2::bigint AND locked_by = $3::text
-      AND locked_until > now()";
-
-/// After a release that matched nothing: is the row still ours (expired) or someone else's?
-const STILL_OURS: &str = "SELECT last_run = $2::bigint AND locked_by = $3::text
-    FROM wheelpool_cluster_jobs WHERE name = $1::text";
-
-/// First wait after a failed connect; it doubles on each failure up to [`MAX_BACKOFF`].
-const MIN_BACKOFF: Duration = Duration::from_millis(50);
-/// Longest wait between connect attempts: how late a node notices that the server is back.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
-/// Bound on a connect (per address tried).
+/// Default bound on a connect: TCP, then the login handshake.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Bound on a statement on the server, and on waiting for a row lock.
-const STATEMENT_TIMEOUT_MS: u32 = 5_000;
-/// Bound on unacknowledged data on the socket and on an idle dead peer: a vanished server
-/// fails a call within about this long instead of hanging a worker.
-const SOCKET_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default bound on every other call.
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default number of connections.
+const CONNECTIONS: usize = 4;
 
-/// A [`LockStore`] on PostgreSQL (9.5 or later; tested on 15), through the `postgres` crate's
-/// blocking client.
+/// A lock store on PostgreSQL (14 or later; tested on 15): one table, `wheelpool_jobs`
+/// (created if missing), one row per job, every time from the server's clock.
 ///
-/// It keeps one table, `wheelpool_cluster_jobs` (created if missing), with one row per job:
-/// the last claimed run number, who holds the lease and until when. Every time comes from the
-/// server's clock. One connection serves every job of the node; calls hold it for one
-/// statement.
+/// **Bounds, on this side of the wire**: a connect (TCP and login) gives up after the connect
+/// timeout (5 s), every other call after the call timeout (5 s), whatever the server or the
+/// network do; a frozen or silent server yields [`ClusterError::Unavailable`] with a
+/// [`StoreErrorKind::Timeout`] in that time. **Several connections** (4): a call takes the
+/// least busy one, so one stalled call does not hold up the node's other jobs. **Connection
+/// loss** is repaired: a dead connection is replaced and the call retried once at once;
+/// failed connects back off (50 ms doubling to 2 s).
 ///
-/// **Connection loss** is recovered: a failed call drops the connection, the next call
-/// reconnects, and failed connects back off (50 ms doubling to 2 s) so a dead server is not
-/// hammered. While it is down, claims fail with [`ClusterError::Unavailable`] and runs are
-/// skipped. **Bounds**: connects time out after 5 s; statements and lock waits after 5 s on
-/// the server; the socket uses keepalives and a 10 s TCP user timeout.
+/// Claims of all the node's jobs go to the database in batches (one statement for every
+/// claim waiting), so a node with a thousand jobs due at once makes a few round trips, not a
+/// thousand.
 ///
-/// **TLS is not supported** (the client connects with `NoTls`): use it on a trusted network
-/// or through a local proxy; a connection string with `sslmode=require` is refused at setup.
+/// **TLS is not supported** (the client connects without it): use it on a trusted network or
+/// through a local proxy; a connection string with `sslmode=require` is refused.
+///
+/// Calls that block (the admin calls, [`connect`](Self::connect)) wait on a channel for the
+/// store's own runtime thread; they may be made from any thread, but inside an async task
+/// they block that task's thread for up to the call timeout.
 ///
 /// # Examples
 ///
 /// ```
+/// use std::time::Duration;
 /// use wheelpool::cluster::{ClusterError, PgLockStore};
 ///
 /// // Setup errors are typed; a lazy store only parses here and connects on first use.
 /// assert!(matches!(PgLockStore::connect_lazy("port=65536"), Err(ClusterError::InvalidUrl(_))));
-/// let store = PgLockStore::connect_lazy("postgresql://app@db.internal:5432/app").unwrap();
-/// assert!(format!("{store:?}").contains("PgLockStore"));
+/// assert!(matches!(PgLockStore::connect_lazy("user=app dbname=app"), Err(ClusterError::InvalidUrl(_))));
+/// let store = PgLockStore::builder("postgresql://app@db.internal:5432/app")
+///     .connections(2)
+///     .call_timeout(Duration::from_secs(2))
+///     .connect_lazy()
+///     .unwrap();
+/// assert!(format!("{store:?}").contains("db.internal"));
 /// ```
 pub struct PgLockStore {
-    config: Config,
-    conn: Mutex<Conn>,
+    core: Arc<StoreCore>,
 }
 
-/// The connection and the reconnect backoff.
-struct Conn {
-    client: Option<Client>,
-    /// Connect failures in a row.
-    failures: u32,
-    /// No connect attempt before this.
-    retry_at: Option<Instant>,
-    last_error: String,
+/// Settings of a [`PgLockStore`]; see [`PgLockStore::builder`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use wheelpool::cluster::PgLockStore;
+///
+/// let builder = PgLockStore::builder("host=db user=app").connect_timeout(Duration::from_secs(1));
+/// assert!(format!("{builder:?}").contains("connect_timeout"));
+/// ```
+#[must_use]
+#[derive(Debug, Clone)]
+pub struct PgLockStoreBuilder {
+    url: String,
+    connections: usize,
+    connect_timeout: Duration,
+    call_timeout: Duration,
+}
+
+/// One job as the store holds it, read by [`PgLockStore::jobs`]; times are the database's.
+///
+/// # Examples
+///
+/// See [`PgLockStore::jobs`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JobInfo {
+    /// The job's cluster-wide name.
+    pub name: String,
+    /// Its period and offset (run `k` is planned at `offset + k * period` after the epoch).
+    pub period: Duration,
+    /// See `period`.
+    pub offset: Duration,
+    /// The last run number claimed (or given up), if any run was claimed yet.
+    pub last_run: Option<u64>,
+    /// The node label that made the last claim, and when (`None` before the first claim).
+    pub last_claim: Option<(String, SystemTime)>,
+    /// When the current lease ends, if one is held.
+    pub lease_until: Option<SystemTime>,
+    /// Paused cluster-wide.
+    pub paused: bool,
+    /// Runs asked for with [`PgLockStore::trigger`] and not claimed yet.
+    pub pending_triggers: u64,
+    /// When the next planned run comes.
+    pub next_run: SystemTime,
+    /// The database's clock when it was read.
+    pub read_at: SystemTime,
 }
 
 impl PgLockStore {
-    /// Parses `url`, connects, and creates the table if it is missing.
+    /// Settings for a store at `url`, a URL (`postgresql://user:pass@host:5432/db`) or
+    /// key=value pairs (`host=localhost port=5432 user=app dbname=app`).
     ///
-    /// `url` is a URL (`postgresql://user:pass@host:5432/db`) or key=value pairs
-    /// (`host=localhost port=5432 user=app dbname=app`).
+    /// # Examples
+    ///
+    /// See [`PgLockStore`].
+    pub fn builder(url: impl Into<String>) -> PgLockStoreBuilder {
+        PgLockStoreBuilder {
+            url: url.into(),
+            connections: CONNECTIONS,
+            connect_timeout: CONNECT_TIMEOUT,
+            call_timeout: CALL_TIMEOUT,
+        }
+    }
+
+    /// Connects with the default settings (see [`PgLockStoreBuilder::connect`]).
     ///
     /// # Errors
     ///
-    /// [`ClusterError::InvalidUrl`] for a string that does not parse or that requires TLS;
-    /// [`ClusterError::Unavailable`] if the server cannot be reached;
-    /// [`ClusterError::Store`] if the table cannot be created.
+    /// As [`PgLockStoreBuilder::connect`].
     ///
     /// # Examples
     ///
@@ -140,17 +144,15 @@ impl PgLockStore {
     /// assert!(matches!(err, ClusterError::InvalidUrl(_)));
     /// ```
     pub fn connect(url: &str) -> Result<Self, ClusterError> {
-        let store = Self::connect_lazy(url)?;
-        store.with_client(|_| Ok(()))?;
-        Ok(store)
+        Self::builder(url).connect()
     }
 
-    /// Parses `url` but connects only on first use (a node may then start while the database
-    /// is down; its runs are skipped until it is up).
+    /// Parses `url` with the default settings, connecting on first use (see
+    /// [`PgLockStoreBuilder::connect_lazy`]).
     ///
     /// # Errors
     ///
-    /// [`ClusterError::InvalidUrl`], as for [`connect`](Self::connect).
+    /// [`ClusterError::InvalidUrl`].
     ///
     /// # Examples
     ///
@@ -160,197 +162,295 @@ impl PgLockStore {
     /// assert!(PgLockStore::connect_lazy("host=127.0.0.1 port=1 user=nobody").is_ok());
     /// ```
     pub fn connect_lazy(url: &str) -> Result<Self, ClusterError> {
+        Self::builder(url).connect_lazy()
+    }
+
+    /// Every job in the store, by name, with its last claim, lease and next planned run by the
+    /// database's clock: what an operator looks at first.
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::Unavailable`] or [`ClusterError::Store`].
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use wheelpool::cluster::PgLockStore;
+    ///
+    /// # fn main() -> Result<(), wheelpool::cluster::ClusterError> {
+    /// let store = PgLockStore::connect("postgresql://app@db:5432/app")?;
+    /// for job in store.jobs()? {
+    ///     println!("{} every {:?}, last run {:?}, next at {:?}", job.name, job.period, job.last_run, job.next_run);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn jobs(&self) -> Result<Vec<JobInfo>, ClusterError> {
+        let core = self.core.clone();
+        let rows = self
+            .core
+            .block(async move { core.query("jobs", sql::JOBS, &[]).await })?;
+        Ok(rows.iter().map(job_info).collect())
+    }
+
+    /// Pauses `name` on every node: its planned runs are skipped (and reported, with
+    /// [`SkipReason::Paused`](super::SkipReason::Paused)) until [`resume`](Self::resume).
+    /// A run in progress finishes. Returns false if the store has no such job.
+    ///
+    /// # Errors
+    ///
+    /// As [`jobs`](Self::jobs).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use wheelpool::cluster::PgLockStore;
+    /// # fn main() -> Result<(), wheelpool::cluster::ClusterError> {
+    /// let store = PgLockStore::connect("postgresql://app@db:5432/app")?;
+    /// assert!(store.pause("nightly-billing")?);
+    /// assert!(store.resume("nightly-billing")?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn pause(&self, name: &str) -> Result<bool, ClusterError> {
+        self.set_paused("pause", name, true)
+    }
+
+    /// Ends a [`pause`](Self::pause): the next planned run runs as usual. Returns false if the
+    /// store has no such job.
+    ///
+    /// # Errors
+    ///
+    /// As [`jobs`](Self::jobs).
+    ///
+    /// # Examples
+    ///
+    /// See [`pause`](Self::pause).
+    pub fn resume(&self, name: &str) -> Result<bool, ClusterError> {
+        self.set_paused("resume", name, false)
+    }
+
+    fn set_paused(
+        &self,
+        call: &'static str,
+        name: &str,
+        paused: bool,
+    ) -> Result<bool, ClusterError> {
+        let core = self.core.clone();
+        let name = name.to_owned();
+        self.core.block(async move {
+            let args: [(&(dyn ToSql + Sync), Type); 2] =
+                [(&name, Type::TEXT), (&paused, Type::BOOL)];
+            let n = core.execute(call, sql::SET_PAUSED, &args).await?;
+            Ok(n == 1)
+        })
+    }
+
+    /// Asks for one run of `name` now, besides its plan; like a planned run it is run by one
+    /// node only. It runs as soon as no planned run is due and no lease is held: at once on
+    /// this node if the job is scheduled here, otherwise at the next wake-up of any node
+    /// (the next planned run, or within a minute). Not while the job is paused. Returns false
+    /// if the store has no such job.
+    ///
+    /// # Errors
+    ///
+    /// As [`jobs`](Self::jobs).
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// # use wheelpool::cluster::PgLockStore;
+    /// # fn main() -> Result<(), wheelpool::cluster::ClusterError> {
+    /// let store = PgLockStore::connect("postgresql://app@db:5432/app")?;
+    /// assert!(store.trigger("nightly-billing")?);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn trigger(&self, name: &str) -> Result<bool, ClusterError> {
+        let core = self.core.clone();
+        let owned = name.to_owned();
+        let found = self.core.block(async move {
+            let n = core
+                .execute("trigger", sql::TRIGGER, &[(&owned, Type::TEXT)])
+                .await?;
+            Ok(n == 1)
+        })?;
+        if found {
+            self.core.wake_local(name);
+        }
+        Ok(found)
+    }
+
+    /// This node's counters over every job it runs on this store: claims won, found taken,
+    /// runs skipped by reason, failed calls, and claim latency.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::cluster::PgLockStore;
+    ///
+    /// let store = PgLockStore::connect_lazy("host=127.0.0.1 port=1").unwrap();
+    /// assert_eq!(store.stats().claims_won, 0);
+    /// ```
+    pub fn stats(&self) -> ClusterStats {
+        self.core.stats.snapshot()
+    }
+
+    pub(super) fn core(&self) -> &Arc<StoreCore> {
+        &self.core
+    }
+}
+
+impl PgLockStoreBuilder {
+    /// How many connections the store may open (at least 1; default 4).
+    ///
+    /// # Examples
+    ///
+    /// See [`PgLockStore`].
+    pub fn connections(mut self, n: usize) -> Self {
+        self.connections = n;
+        self
+    }
+
+    /// The bound on opening a connection, TCP and login together (default 5 s).
+    ///
+    /// # Examples
+    ///
+    /// See [`PgLockStoreBuilder`].
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// The bound on every other call: claim, release, renew, the admin calls (default 5 s).
+    /// It is also the session's `statement_timeout` and `lock_timeout` on the server.
+    ///
+    /// # Examples
+    ///
+    /// See [`PgLockStore`].
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// Parses the connection string and checks the settings, then connects (one connection,
+    /// creating the table if it is missing), so that a wrong address or password shows at
+    /// start-up.
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::InvalidUrl`] for a string that does not parse, names no host, or
+    /// requires TLS; [`ClusterError::InvalidJob`] for zero connections or a zero timeout;
+    /// [`ClusterError::Unavailable`] if the server cannot be reached or does not answer the
+    /// login within the connect timeout; [`ClusterError::Store`] if the table cannot be
+    /// created.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use wheelpool::cluster::{ClusterError, PgLockStore};
+    ///
+    /// let start = Instant::now();
+    /// let err = PgLockStore::builder("host=127.0.0.1 port=1")
+    ///     .connect_timeout(Duration::from_secs(2))
+    ///     .connect()
+    ///     .unwrap_err();
+    /// assert!(matches!(err, ClusterError::Unavailable(_)));
+    /// assert!(start.elapsed() < Duration::from_secs(30));
+    /// ```
+    pub fn connect(self) -> Result<PgLockStore, ClusterError> {
+        let store = self.connect_lazy()?;
+        let core = store.core.clone();
+        store
+            .core
+            .block(async move { core.query("connect", "SELECT 1", &[]).await.map(drop) })?;
+        Ok(store)
+    }
+
+    /// Parses the connection string and checks the settings; connects on first use (a node
+    /// may then start while the database is down; its claims fail until it is up).
+    ///
+    /// # Errors
+    ///
+    /// As [`connect`](Self::connect), less the ones a connect gives.
+    ///
+    /// # Examples
+    ///
+    /// See [`PgLockStore`].
+    pub fn connect_lazy(self) -> Result<PgLockStore, ClusterError> {
         let mut config =
-            Config::from_str(url).map_err(|e| ClusterError::InvalidUrl(e.to_string()))?;
+            Config::from_str(&self.url).map_err(|e| ClusterError::InvalidUrl(e.to_string()))?;
         if config.get_ssl_mode() == SslMode::Require {
             return Err(ClusterError::InvalidUrl(
-                "sslmode=require, but this store connects without TLS; use sslmode=disable \
-                 or prefer"
-                    .to_owned(),
+                "sslmode=require, but this store connects without TLS".to_owned(),
+            ));
+        }
+        if config.get_hosts().is_empty() && config.get_hostaddrs().is_empty() {
+            return Err(ClusterError::InvalidUrl("no host given".to_owned()));
+        }
+        if self.connections == 0 {
+            return Err(ClusterError::InvalidJob(
+                "connections must be at least 1".into(),
+            ));
+        }
+        if self.connect_timeout.is_zero() || self.call_timeout.is_zero() {
+            return Err(ClusterError::InvalidJob(
+                "timeouts must be above zero".into(),
             ));
         }
         config
-            .connect_timeout(CONNECT_TIMEOUT)
+            .connect_timeout(self.connect_timeout)
             .keepalives(true)
-            .keepalives_idle(SOCKET_TIMEOUT / 2)
+            .keepalives_idle(Duration::from_secs(5))
             .keepalives_interval(Duration::from_secs(1))
             .keepalives_retries(3)
-            .tcp_user_timeout(SOCKET_TIMEOUT);
+            .tcp_user_timeout(self.call_timeout.max(Duration::from_secs(1)));
         if config.get_application_name().is_none() {
             config.application_name("wheelpool-cluster");
         }
-        Ok(Self {
+        let core = StoreCore::start(
             config,
-            conn: Mutex::new(Conn {
-                client: None,
-                failures: 0,
-                retry_at: None,
-                last_error: String::new(),
-            }),
-        })
-    }
-
-    /// Runs `op` on the connection, connecting first if needed; see the ground rules.
-    fn with_client<R>(
-        &self,
-        op: impl FnOnce(&mut Client) -> Result<R, postgres::Error>,
-    ) -> Result<R, ClusterError> {
-        let mut conn = self.conn.lock();
-        let client = match conn.client.take() {
-            Some(client) => client,
-            None => self.reconnect(&mut conn)?,
-        };
-        let client = conn.client.insert(client);
-        match op(client) {
-            Ok(value) => Ok(value),
-            Err(err) => {
-                let lost = client.is_closed() || connection_gone(&err);
-                if lost {
-                    conn.client = None;
-                    Err(ClusterError::Unavailable {
-                        reason: format!("connection lost: {err}"),
-                    })
-                } else {
-                    Err(ClusterError::Store {
-                        reason: err.to_string(),
-                    })
-                }
-            }
-        }
-    }
-
-    /// Connects (outside the backoff window) and prepares the session and the table.
-    #[cold]
-    fn reconnect(&self, conn: &mut Conn) -> Result<Client, ClusterError> {
-        let now = Instant::now();
-        if let Some(at) = conn.retry_at.filter(|at| *at > now) {
-            return Err(ClusterError::Unavailable {
-                reason: format!(
-                    "next connect attempt in {:?}; last error: {}",
-                    at - now,
-                    conn.last_error
-                ),
-            });
-        }
-        match self.open() {
-            Ok(client) => {
-                conn.failures = 0;
-                conn.retry_at = None;
-                Ok(client)
-            }
-            Err(err) => {
-                conn.failures = conn.failures.saturating_add(1);
-                conn.retry_at = Some(Instant::now() + backoff(conn.failures));
-                conn.last_error = err.to_string();
-                Err(ClusterError::Unavailable {
-                    reason: format!("connect failed: {err}"),
-                })
-            }
-        }
-    }
-
-    fn open(&self) -> Result<Client, postgres::Error> {
-        let mut client = self.config.connect(NoTls)?;
-        client.batch_execute(&format!(
-            "SET statement_timeout = {STATEMENT_TIMEOUT_MS}; \
-             SET lock_timeout = {STATEMENT_TIMEOUT_MS};"
-        ))?;
-        let mut tx = client.transaction()?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&DDL_LOCK_KEY])?;
-        tx.batch_execute(CREATE_TABLE)?;
-        tx.commit()?;
-        Ok(client)
+            self.connections,
+            self.connect_timeout,
+            self.call_timeout,
+        )?;
+        Ok(PgLockStore { core })
     }
 }
 
-/// The wait after `failures` failed connects in a row.
-fn backoff(failures: u32) -> Duration {
-    let doublings = failures.saturating_sub(1).min(16);
-    MIN_BACKOFF.saturating_mul(1 << doublings).min(MAX_BACKOFF)
+/// Nanoseconds since the epoch as a `SystemTime` (before the epoch reads as the epoch).
+pub(super) fn system_time(ns: i128) -> SystemTime {
+    let ns = u64::try_from(ns.max(0)).unwrap_or(u64::MAX);
+    SystemTime::UNIX_EPOCH + Duration::from_nanos(ns)
 }
 
-/// True if `err` means the session is over: no server error at all (a socket or protocol
-/// failure), or a server error of class 08 (connection exception) or 57 (operator
-/// intervention: shutdown, crash recovery, terminated backend; not a statement timeout).
-fn connection_gone(err: &postgres::Error) -> bool {
-    match err.code() {
-        None => true,
-        Some(code) => {
-            // 57014 is a statement timeout: the session is still fine.
-            let class = code.code().get(..2);
-            (class == Some("08") || class == Some("57")) && code.code() != "57014"
-        }
-    }
-}
-
-/// Microseconds as the `bigint` the SQL takes (saturating: no period reaches it).
-fn micros(d: Duration) -> i64 {
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
-}
-
-/// Microseconds since the epoch from the server, as a `Duration` (a time before 1970 reads as
-/// the epoch).
-fn since_epoch(us: i64) -> Duration {
-    Duration::from_micros(u64::try_from(us).unwrap_or(0))
-}
-
-impl LockStore for PgLockStore {
-    fn try_claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, ClusterError> {
-        let row = self.with_client(|c| {
-            c.query_one(
-                CLAIM,
-                &[
-                    &req.job,
-                    &micros(req.period).max(1),
-                    &micros(req.offset),
-                    &req.owner,
-                    &micros(req.lease),
-                ],
-            )
-        })?;
-        let now_us: i64 = row.get(0);
-        let won: Option<i64> = row.get(1);
-        let until_us: Option<i64> = row.get(2);
-        let outcome = match (won, until_us) {
-            (Some(run), _) => ClaimOutcome::Won {
-                run: u64::try_from(run).unwrap_or(0),
-            },
-            (None, Some(until)) if until > now_us => ClaimOutcome::Leased {
-                until: since_epoch(until),
-            },
-            (None, _) => ClaimOutcome::AlreadyRun,
-        };
-        Ok(Claim {
-            store_time: since_epoch(now_us),
-            outcome,
-        })
-    }
-
-    fn release(&self, job: &str, run: u64, owner: &str) -> Result<Released, ClusterError> {
-        let run = i64::try_from(run).unwrap_or(i64::MAX);
-        let released = self.with_client(|c| c.execute(RELEASE, &[&job, &run, &owner]))?;
-        if released == 1 {
-            return Ok(Released::InTime);
-        }
-        let ours: Option<bool> = self
-            .with_client(|c| c.query_opt(STILL_OURS, &[&job, &run, &owner]))?
-            .map(|row| row.get(0));
-        Ok(Released::LeaseExpired {
-            taken_over: ours != Some(true),
-        })
+fn job_info(row: &Row) -> JobInfo {
+    let period: i64 = row.get(1);
+    let offset: i64 = row.get(2);
+    let last_run: i64 = row.get(3);
+    let claims: i64 = row.get(4);
+    let claimed_at: i64 = row.get(6);
+    let until: i64 = row.get(7);
+    let now: i64 = row.get(10);
+    let due = (i128::from(now) - i128::from(offset)).div_euclid(i128::from(period));
+    let next = i128::from(offset) + (due.max(i128::from(last_run)) + 1) * i128::from(period);
+    JobInfo {
+        name: row.get(0),
+        period: Duration::from_nanos(period.unsigned_abs()),
+        offset: Duration::from_nanos(offset.unsigned_abs()),
+        last_run: (claims > 0).then(|| u64::try_from(last_run).unwrap_or(0)),
+        last_claim: (claims > 0).then(|| (row.get(5), system_time(claimed_at.into()))),
+        lease_until: (until > now).then(|| system_time(until.into())),
+        paused: row.get(8),
+        pending_triggers: u64::try_from(row.get::<_, i64>(9)).unwrap_or(0),
+        next_run: system_time(next),
+        read_at: system_time(now.into()),
     }
 }
 
 impl fmt::Debug for PgLockStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // The config may hold a password: show only where it points.
-        // A call may hold the connection for seconds: do not wait for it here.
-        let connected = self.conn.try_lock().map(|conn| conn.client.is_some());
-        f.debug_struct("PgLockStore")
-            .field("hosts", &self.config.get_hosts())
-            .field("ports", &self.config.get_ports())
-            .field("dbname", &self.config.get_dbname())
-            .field("connected", &connected)
-            .finish()
+        fmt::Debug::fmt(&*self.core, f)
     }
 }

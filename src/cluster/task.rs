@@ -2,30 +2,43 @@
 //! from the store's clock, and the `ClusterTask` handle that ends it.
 //!
 //! Ground rules:
-//! - At most one wake-up of a job is pending or running on a node at a time: a wake-up plans
-//!   the next one only when it is done, so runs of a job on one node never overlap.
+//! - The chain is strictly sequential: a wake-up (on a pool worker) hands a claim to the store
+//!   and returns; the answer (on the store's thread) either hands the run to the pool or plans
+//!   the next wake-up; a run (on a pool worker) releases its lease and, on the answer, plans
+//!   the next wake-up. So at most one wake-up, claim or run of a job is under way on a node,
+//!   and runs of a job on one node never overlap.
+//! - The store's thread never runs user code: bodies and error handlers go to the pool.
 //! - `State::end` is set once (cancel, panic, or the pool dropping a wake-up) under the state
 //!   lock, and nothing is planned after it. The state lock is never held while user code, a
 //!   store call, a scheduling call or a cancel runs, nor while a future is dropped: a wake-up
 //!   dropped by the pool takes the lock in `Drop`.
+//! - `Chain` (the last claim handled, the clock reading, error streaks) is touched by one
+//!   step of the chain at a time; its lock is never held across anything else.
 
-use super::store::{ClaimOutcome, ClaimRequest, LockStore, Released};
-use super::ClusterError;
-// The crate's public API only (its re-exports), plus the sync shim.
-use crate::sync::{Arc, Condvar, Mutex};
+use super::calls::{ClaimAnswer, ClaimRequest, LeaseState, LocalJob, Outcome, StoreCore};
+use super::error::{ClusterError, SkipReason, StoreError};
+use super::pg::system_time;
+use super::stats::{ClusterStats, Counters};
+use crate::sync::{Arc, Condvar, Mutex, Weak};
 use crate::{Handle, ScheduleError, ScheduledFuture, TaskError};
-use std::any::Any;
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
 use std::time::{Duration, Instant, SystemTime};
 
-/// Wake this long after a slot starts (by the estimate of the store's clock). The estimate
-/// errs late, by the time the answer took to come back, so this only covers rounding.
+/// Wake this long after a run's planned time (by the estimate of the store's clock). The
+/// estimate errs late, by the time the answer took to come back, so this only covers rounding.
 const MARGIN: Duration = Duration::from_millis(1);
 
-/// Never sleep longer than this without reading the store's clock again: bounds how far a
-/// node's clock may drift from the store's before it is corrected.
+/// Never sleep longer than this without asking the store again: bounds how far a node's clock
+/// may drift from the store's, and how late a node sees a trigger or a takeover.
 const RESYNC: Duration = Duration::from_secs(60);
+
+/// First retry after a failed claim; doubles up to [`MAX_RETRY`].
+const MIN_RETRY: Duration = Duration::from_millis(20);
+const MAX_RETRY: Duration = Duration::from_secs(2);
+
+/// Retry after finding the job's row locked; doubles up to [`MAX_RETRY`].
+const BUSY_RETRY: Duration = Duration::from_millis(5);
 
 /// The user's error handler.
 pub(super) type ErrorHandler = Arc<dyn Fn(ClusterError) + Send + Sync>;
@@ -36,98 +49,115 @@ pub(super) type Body = Box<dyn FnMut(&ClusterRun<'_>) + Send>;
 /// What a node needs to know about its job.
 #[derive(Debug)]
 pub(super) struct Spec {
-    pub(super) job: String,
-    pub(super) node: String,
-    pub(super) owner: String,
+    pub(super) job: Arc<str>,
+    pub(super) node: Arc<str>,
+    pub(super) owner: Arc<str>,
     pub(super) period: Duration,
     pub(super) offset: Duration,
     pub(super) lease: Duration,
+    pub(super) grace: Duration,
+    pub(super) take_over: bool,
+    pub(super) keep_alive: bool,
     pub(super) survive_panics: bool,
 }
 
+impl Spec {
+    fn grid(&self) -> (i64, i64) {
+        (nanos(self.period), nanos(self.offset))
+    }
+}
+
+/// A duration in nanoseconds as the store's `bigint` (spans are checked to fit at build).
+fn nanos(d: Duration) -> i64 {
+    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+}
+
 /// The run a job body is called for: its number (the same on every node), job, node, and
-/// when it was planned.
+/// when it was planned; and a way to keep its lease alive.
 ///
 /// # Examples
 ///
-/// With a toy store whose clock stands at run 42 and that lets every claim win:
-///
-/// ```
-/// use std::sync::{mpsc, Arc};
-/// use std::time::{Duration, UNIX_EPOCH};
-/// use wheelpool::cluster::{Claim, ClaimOutcome, ClaimRequest, ClusterError, ClusterJob, LockStore, Released};
-/// use wheelpool::ScheduledThreadPool;
-///
-/// #[derive(Debug)]
-/// struct AtRun42;
-/// impl LockStore for AtRun42 {
-///     fn try_claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, ClusterError> {
-///         Ok(Claim { store_time: req.offset + req.period * 42, outcome: ClaimOutcome::Won { run: 42 } })
-///     }
-///     fn release(&self, _: &str, _: u64, _: &str) -> Result<Released, ClusterError> {
-///         Ok(Released::InTime)
-///     }
-/// }
-///
-/// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
-/// let (tx, rx) = mpsc::channel();
-/// let job = ClusterJob::builder("report", Arc::new(AtRun42)).node("n1").build().unwrap();
-/// let task = job.schedule_at_fixed_rate(&pool.handle(), move |run| {
-///     let _ = tx.send((run.number(), run.job().to_owned(), run.node().to_owned(), run.planned_at()));
-/// }, Duration::from_secs(1)).unwrap();
-/// let (number, job, node, planned) = rx.recv_timeout(Duration::from_secs(30)).unwrap();
-/// assert_eq!((number, job.as_str(), node.as_str()), (42, "report", "n1"));
-/// assert_eq!(planned, UNIX_EPOCH + Duration::from_secs(42));
-/// assert!(task.cancel());
-/// ```
-#[derive(Debug, Clone, Copy)]
+/// See [`ClusterJob`](super::ClusterJob) and the `cluster_job` example.
+#[derive(Clone, Copy)]
 pub struct ClusterRun<'a> {
-    spec: &'a Spec,
-    run: u64,
+    shared: &'a Shared,
+    run: Won,
+}
+
+/// A claim this node won.
+#[derive(Debug, Clone, Copy)]
+struct Won {
+    run: i64,
+    claim: i64,
+    trigger: bool,
+    /// The grid the run was planned on (the store's).
+    grid: (i64, i64),
+    /// Another run was due when it was claimed.
+    more: bool,
+    /// The last run due at the claim.
+    due: i64,
 }
 
 impl ClusterRun<'_> {
-    /// The run number, the same on every node: `(t - offset) / period` for the store's time `t`
-    /// of the claim, so run `k` is planned at `offset + k * period` after the Unix epoch.
-    ///
-    /// # Examples
-    ///
-    /// See [`ClusterRun`].
+    /// The run number, the same on every node: run `k` is planned at `offset + k * period`
+    /// after the Unix epoch. A triggered run carries the number of the last planned run
+    /// before it.
     pub fn number(&self) -> u64 {
-        self.run
+        u64::try_from(self.run.run).unwrap_or(0)
     }
 
     /// The job's cluster-wide name.
-    ///
-    /// # Examples
-    ///
-    /// See [`ClusterRun`].
     pub fn job(&self) -> &str {
-        &self.spec.job
+        &self.shared.spec.job
     }
 
     /// The label of the node running it ([`ClusterJobBuilder::node`](super::ClusterJobBuilder::node)).
-    ///
-    /// # Examples
-    ///
-    /// See [`ClusterRun`].
     pub fn node(&self) -> &str {
-        &self.spec.node
+        &self.shared.spec.node
     }
 
-    /// When this run was planned, on the store's clock.
-    ///
-    /// # Examples
-    ///
-    /// See [`ClusterRun`].
+    /// True if this run was asked for with [`PgLockStore::trigger`](super::PgLockStore::trigger)
+    /// rather than planned.
+    pub fn is_triggered(&self) -> bool {
+        self.run.trigger
+    }
+
+    /// When this run was planned, on the store's clock, exactly (`offset + k * period`).
     pub fn planned_at(&self) -> SystemTime {
-        let nanos = u128::from(self.run) * self.spec.period.as_nanos();
-        let since = Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX));
-        SystemTime::UNIX_EPOCH + self.spec.offset + since
+        let (period, offset) = self.run.grid;
+        system_time(i128::from(offset) + i128::from(self.run.run) * i128::from(period))
+    }
+
+    /// Extends this run's lease to a full `at_most_for` from now, so a long run keeps the job
+    /// (ShedLock's "extend lock"). Blocks for one bounded call to the store.
+    ///
+    /// # Errors
+    ///
+    /// [`ClusterError::LeaseExpired`] if the lease had already run out (another node may
+    /// have started a later run); [`ClusterError::Unavailable`] or [`ClusterError::Store`] if
+    /// the call failed (the lease then ends when it runs out).
+    pub fn keep_alive(&self) -> Result<(), ClusterError> {
+        let shared = self.shared.arc();
+        let won = self.run;
+        self.shared
+            .store
+            .block(async move { shared.renew(won).await })
     }
 }
 
-/// A node's handle on a scheduled cluster job: cancel it or wait for it to end.
+impl fmt::Debug for ClusterRun<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterRun")
+            .field("job", &self.job())
+            .field("node", &self.node())
+            .field("number", &self.run.run)
+            .field("triggered", &self.run.trigger)
+            .finish()
+    }
+}
+
+/// A node's handle on a scheduled cluster job: cancel it, wait for it to end, read its
+/// counters.
 ///
 /// Dropping it detaches (the job goes on until the pool shuts down), like dropping a
 /// [`ScheduledFuture`].
@@ -164,20 +194,37 @@ pub struct ClusterTask {
 
 pub(super) struct Shared {
     spec: Spec,
-    store: Arc<dyn LockStore>,
+    store: Arc<StoreCore>,
     handle: Handle,
     on_error: Option<ErrorHandler>,
     body: Mutex<Body>,
     state: Mutex<State>,
     ended: Condvar,
-    /// The last reading of the store's clock, and when it arrived here.
-    sync: Mutex<Option<(Instant, Duration)>>,
+    chain: Mutex<Chain>,
+    stats: Counters,
+    me: Weak<Shared>,
 }
 
 #[derive(Default)]
 struct State {
     end: Option<Result<(), TaskError>>,
     next: Option<ScheduledFuture<()>>,
+}
+
+/// What the chain remembers between its steps.
+#[derive(Default)]
+struct Chain {
+    /// The row holds the job (registered by this chain, or found there).
+    registered: bool,
+    /// The last claim this chain handled: ran, or gave up.
+    known: i64,
+    /// The last reading of the store's clock (ns since the epoch), and when it arrived.
+    sync: Option<(Instant, i64)>,
+    /// Failed claims in a row, and busy rows in a row.
+    errors: u32,
+    busy: u32,
+    /// The stored grid last reported as a mismatch (reported once per change).
+    mismatch: Option<(i64, i64)>,
 }
 
 /// A pending wake-up. Dropped without firing (the pool shut down, or a cancel), it ends the
@@ -201,23 +248,34 @@ impl Drop for Fire {
 }
 
 impl Shared {
+    /// Registers the job (a mismatch without `take_over` is an error here, if the store
+    /// answers) and plans the first wake-up at once.
     pub(super) fn start(
         spec: Spec,
-        store: Arc<dyn LockStore>,
+        store: Arc<StoreCore>,
         handle: &Handle,
         on_error: Option<ErrorHandler>,
         body: Body,
     ) -> Result<ClusterTask, ClusterError> {
-        let shared = Arc::new(Shared {
+        let shared = Arc::new_cyclic(|me| Shared {
             spec,
-            store,
+            store: store.clone(),
             handle: handle.clone(),
             on_error,
             body: Mutex::new(body),
             state: Mutex::new(State::default()),
             ended: Condvar::new(),
-            sync: Mutex::new(None),
+            chain: Mutex::new(Chain::default()),
+            stats: Counters::default(),
+            me: me.clone(),
         });
+        let registering = shared.clone();
+        match store.block(async move { registering.register().await }) {
+            Ok(()) | Err(ClusterError::Unavailable(_)) => {}
+            Err(err) => return Err(err),
+        }
+        let local: Arc<dyn LocalJob> = shared.clone();
+        store.add_local(Arc::downgrade(&local));
         let fire = Fire(Some(shared.clone()));
         let first = handle.schedule(move || fire.fire(), Duration::ZERO)?;
         // The first wake-up may already have run and planned the second: keep the newer one.
@@ -232,98 +290,344 @@ impl Shared {
         Ok(ClusterTask { shared })
     }
 
-    /// One wake-up: claim, run if won, release, plan the next wake-up.
+    fn arc(&self) -> Arc<Shared> {
+        self.me.upgrade().expect("a run holds its chain")
+    }
+
+    /// Inserts the job's row if missing and checks (or, with `take_over`, moves) its grid.
+    async fn register(&self) -> Result<(), ClusterError> {
+        let grid = self.spec.grid();
+        let stored = self
+            .store
+            .register(
+                &self.spec.job,
+                grid,
+                nanos(self.spec.grace),
+                self.spec.take_over,
+            )
+            .await?;
+        if stored != grid {
+            return Err(self.mismatch(stored));
+        }
+        self.chain.lock().registered = true;
+        Ok(())
+    }
+
+    fn mismatch(&self, stored: (i64, i64)) -> ClusterError {
+        let span = |ns: i64| Duration::from_nanos(ns.unsigned_abs());
+        ClusterError::ConfigMismatch {
+            job: self.spec.job.to_string(),
+            stored: (span(stored.0), span(stored.1)),
+            ours: (self.spec.period, self.spec.offset),
+        }
+    }
+
+    /// One wake-up (on a pool worker): hand a claim to the store.
     fn wake(self: Arc<Self>) {
         if self.state.lock().end.is_some() {
             return; // cancelled after this wake-up was taken by a worker
         }
-        let spec = &self.spec;
-        let request = ClaimRequest {
-            job: &spec.job,
-            owner: &spec.owner,
-            period: spec.period,
-            offset: spec.offset,
-            lease: spec.lease,
+        let (registered, known) = {
+            let chain = self.chain.lock();
+            (chain.registered, chain.known)
         };
-        let mut panicked = None;
-        let mut lease_end = None;
-        match self.store.try_claim(&request) {
-            Ok(claim) => {
-                *self.sync.lock() = Some((Instant::now(), claim.store_time));
-                match claim.outcome {
-                    ClaimOutcome::Won { run } => panicked = self.run(run),
-                    ClaimOutcome::Leased { until } => {
-                        lease_end = Some(until.saturating_sub(claim.store_time) + MARGIN);
+        if !registered {
+            let shared = self.clone();
+            self.store.spawn(async move {
+                match shared.register().await {
+                    Ok(()) => shared.claim(known),
+                    Err(err) => {
+                        let wait = shared.failed(err);
+                        shared.plan(wait);
                     }
-                    _ => {}
+                }
+            });
+            return;
+        }
+        self.claim(known);
+    }
+
+    fn claim(self: &Arc<Self>, known: i64) {
+        let spec = &self.spec;
+        let (period_ns, offset_ns) = spec.grid();
+        let shared = self.clone();
+        self.store.claim(ClaimRequest {
+            job: spec.job.clone(),
+            period_ns,
+            offset_ns,
+            owner: spec.owner.clone(),
+            node: spec.node.clone(),
+            lease_us: i64::try_from(spec.lease.as_micros()).unwrap_or(i64::MAX),
+            grace_ns: nanos(spec.grace),
+            known,
+            reply: Box::new(move |answer| shared.answered(answer)),
+        });
+    }
+
+    /// The store's answer to a claim (on the store's thread).
+    fn answered(self: Arc<Self>, answer: Result<ClaimAnswer, ClusterError>) {
+        let a = match answer {
+            Ok(a) => a,
+            Err(err) => {
+                let wait = self.failed(err);
+                return self.plan(wait);
+            }
+        };
+        self.count(|c| Counters::bump(&c.claims));
+        {
+            let mut chain = self.chain.lock();
+            chain.sync = Some((a.received, a.store_ns));
+            chain.errors = 0;
+            if a.outcome != Outcome::Busy {
+                chain.busy = 0;
+            }
+            if a.outcome != Outcome::Mismatch {
+                chain.mismatch = None;
+            }
+        }
+        let won = |run, claim, trigger| Won {
+            run,
+            claim,
+            trigger,
+            grid: a.grid,
+            more: a.more,
+            due: a.due,
+        };
+        match a.outcome {
+            Outcome::Missing => {
+                self.chain.lock().registered = false;
+                self.plan(Duration::ZERO);
+            }
+            Outcome::Busy => {
+                let busy = {
+                    let mut chain = self.chain.lock();
+                    chain.busy += 1;
+                    chain.busy
+                };
+                let wait = retry_after(BUSY_RETRY, busy);
+                // Reported once a streak has lasted about a call timeout.
+                if wait >= MAX_RETRY.min(self.store.call_timeout) && busy.is_power_of_two() {
+                    self.report(ClusterError::Store(StoreError::busy("claim")));
+                }
+                self.plan(wait);
+            }
+            Outcome::Mismatch => {
+                self.count(|c| Counters::bump(&c.mismatches));
+                let fresh = self.chain.lock().mismatch.replace(a.grid) != Some(a.grid);
+                if fresh {
+                    self.report(self.mismatch(a.grid));
+                }
+                self.plan(self.spec.period.min(RESYNC));
+            }
+            Outcome::Leased => {
+                let at = self.planned(a.grid, a.k).max(i128::from(a.until_ns));
+                self.plan(self.until(at));
+            }
+            Outcome::Paused => {
+                self.skipped(&a, a.last_run + 1, a.k - 1, SkipReason::Misfired);
+                self.skipped(&a, a.k, a.due, SkipReason::Paused);
+                let next = self.planned(a.grid, a.due + 1);
+                self.plan(self.until(next));
+            }
+            Outcome::Won { run, claim } => {
+                self.skipped(&a, a.last_run + 1, a.k - 1, SkipReason::Misfired);
+                self.start_run(won(run, claim, false));
+            }
+            Outcome::Triggered { run, claim } => self.start_run(won(run, claim, true)),
+            Outcome::Redeliver {
+                run,
+                claim,
+                trigger,
+            } => {
+                // Claimable until `grace` after the next run's planned time (see sql::CLAIM).
+                let too_old = self.planned(a.grid, run + 1) + i128::from(nanos(self.spec.grace));
+                if !trigger && i128::from(a.store_ns) > too_old {
+                    self.skipped(&a, run, run, SkipReason::Misfired);
+                    self.handled(won(run, claim, trigger), false);
+                } else {
+                    self.start_run(won(run, claim, trigger));
                 }
             }
-            Err(err) => self.report(err),
-        }
-        let wait = self.until_next_slot();
-        let wait = lease_end.map_or(wait, |lease| lease.min(wait));
-        match panicked {
-            None => self.plan(wait),
-            Some(payload) => {
-                if self.spec.survive_panics {
-                    self.plan(wait);
-                } else {
-                    self.end(Err(TaskError::Panicked(crate::pool::panic_message(
-                        &*payload,
-                    ))));
+            Outcome::Taken | Outcome::Idle => {
+                if a.outcome == Outcome::Taken {
+                    self.count(|c| Counters::bump(&c.found_taken));
                 }
-                // The pool reports it to its panic handler, as for any task.
-                panic::resume_unwind(payload);
+                let next = self.planned(a.grid, a.k);
+                self.plan(self.until(next));
             }
         }
     }
 
-    /// Runs the body for `run` and releases the lease; gives back a panic's payload.
-    fn run(&self, run: u64) -> Option<Box<dyn Any + Send>> {
-        let info = ClusterRun {
-            spec: &self.spec,
-            run,
+    /// A failed store call: report it, and the wait before the chain tries again.
+    fn failed(&self, err: ClusterError) -> Duration {
+        let errors = {
+            let mut chain = self.chain.lock();
+            chain.errors += 1;
+            chain.errors
         };
+        self.report(err);
+        retry_after(MIN_RETRY, errors)
+    }
+
+    /// Reports runs `from..=to` as skipped for `reason` (nothing if the range is empty).
+    fn skipped(&self, a: &ClaimAnswer, from: i64, to: i64, reason: SkipReason) {
+        if from > to {
+            return;
+        }
+        let runs = u64::try_from(to - from + 1).unwrap_or(u64::MAX);
+        self.count(|c| c.skipped(reason, runs));
+        // A long outage may skip thousands of runs: each is reported, but a bounded number
+        // one by one, then the rest as one event for the last of them.
+        const ONE_BY_ONE: i64 = 100;
+        let last_single = to.min(from + ONE_BY_ONE - 1);
+        for run in (from..=last_single).chain((last_single < to).then_some(to)) {
+            self.report(ClusterError::RunSkipped {
+                job: self.spec.job.to_string(),
+                run: u64::try_from(run).unwrap_or(0),
+                planned_at: system_time(self.planned(a.grid, run)),
+                reason,
+            });
+        }
+    }
+
+    /// Hands a won run to the pool.
+    fn start_run(self: &Arc<Self>, won: Won) {
+        self.count(|c| Counters::bump(&c.claims_won));
+        let shared = self.clone();
+        if let Err(err) = self.handle.execute(move || shared.run(won)) {
+            // The pool is shutting down: the run is claimed, so nobody else will run it.
+            self.count(|c| c.skipped(SkipReason::Shutdown, 1));
+            self.report(ClusterError::RunSkipped {
+                job: self.spec.job.to_string(),
+                run: u64::try_from(won.run).unwrap_or(0),
+                planned_at: system_time(self.planned(won.grid, won.run)),
+                reason: SkipReason::Shutdown,
+            });
+            debug_assert!(matches!(
+                err,
+                ScheduleError::Shutdown | ScheduleError::Saturated { .. }
+            ));
+            self.end(Err(TaskError::Shutdown));
+            self.handled(won, false);
+        }
+    }
+
+    /// Runs the body for a won claim (on a pool worker), then releases the lease.
+    fn run(self: Arc<Self>, won: Won) {
+        let renewal = self.spec.keep_alive.then(|| {
+            let shared = self.clone();
+            let every = self.spec.lease / 3;
+            self.store.spawn(async move {
+                loop {
+                    tokio::time::sleep(every).await;
+                    if let Err(err) = shared.renew(won).await {
+                        let stop = matches!(err, ClusterError::LeaseExpired { .. });
+                        shared.report(err);
+                        if stop {
+                            return;
+                        }
+                    }
+                }
+            })
+        });
         let outcome = {
             let mut body = self.body.lock();
+            let info = ClusterRun {
+                shared: &self,
+                run: won,
+            };
             panic::catch_unwind(AssertUnwindSafe(|| (*body)(&info)))
         };
-        match self.store.release(&self.spec.job, run, &self.spec.owner) {
-            Ok(Released::LeaseExpired { taken_over }) => {
-                self.report(ClusterError::LeaseExpired {
-                    job: self.spec.job.clone(),
-                    run,
-                    lease: self.spec.lease,
-                    taken_over,
-                });
-            }
-            Ok(_) => {}
-            Err(err) => self.report(err),
+        if let Some(renewal) = renewal {
+            renewal.abort();
         }
-        outcome.err()
+        let panicked = outcome.err();
+        if let (Some(payload), false) = (&panicked, self.spec.survive_panics) {
+            let message = crate::pool::panic_message(&**payload);
+            self.end(Err(TaskError::Panicked(message)));
+        }
+        self.handled(won, true);
+        if let Some(payload) = panicked {
+            // The pool reports it to its panic handler, as for any task.
+            panic::resume_unwind(payload);
+        }
     }
 
-    /// The wait until the next slot starts (plus [`MARGIN`]), by the last reading of the
-    /// store's clock and the time passed here since; at most [`RESYNC`]. Without any reading
-    /// yet (the store was never reached), one period.
-    fn until_next_slot(&self) -> Duration {
-        let Some((local, store)) = *self.sync.lock() else {
+    /// Marks `won` handled, releases its lease (`ran`: the body ran, so an expired lease is
+    /// reported) and plans the next wake-up when the store answers.
+    fn handled(self: &Arc<Self>, won: Won, ran: bool) {
+        self.chain.lock().known = won.claim;
+        let shared = self.clone();
+        self.store.spawn(async move {
+            match shared
+                .store
+                .lease(&shared.spec.job, won.claim, &shared.spec.owner, None)
+                .await
+            {
+                Ok(LeaseState::Expired { taken_over }) if ran => {
+                    shared.count(|c| Counters::bump(&c.leases_expired));
+                    shared.report(ClusterError::LeaseExpired {
+                        job: shared.spec.job.to_string(),
+                        run: u64::try_from(won.run).unwrap_or(0),
+                        lease: shared.spec.lease,
+                        taken_over,
+                    });
+                }
+                Ok(_) => {}
+                Err(err) => shared.report(err),
+            }
+            if won.more {
+                shared.plan(Duration::ZERO);
+            } else {
+                let next = shared.planned(won.grid, won.run.max(won.due) + 1);
+                shared.plan(shared.until(next));
+            }
+        });
+    }
+
+    /// Extends `won`'s lease (see [`ClusterRun::keep_alive`]).
+    async fn renew(&self, won: Won) -> Result<(), ClusterError> {
+        let lease_us = i64::try_from(self.spec.lease.as_micros()).unwrap_or(i64::MAX);
+        let state = self
+            .store
+            .lease(&self.spec.job, won.claim, &self.spec.owner, Some(lease_us))
+            .await?;
+        match state {
+            LeaseState::Held => Ok(()),
+            LeaseState::Expired { taken_over } => {
+                self.count(|c| Counters::bump(&c.leases_expired));
+                Err(ClusterError::LeaseExpired {
+                    job: self.spec.job.to_string(),
+                    run: u64::try_from(won.run).unwrap_or(0),
+                    lease: self.spec.lease,
+                    taken_over,
+                })
+            }
+        }
+    }
+
+    /// When run `k` of `grid` is planned (ns since the epoch).
+    fn planned(&self, grid: (i64, i64), k: i64) -> i128 {
+        i128::from(grid.1) + i128::from(k) * i128::from(grid.0)
+    }
+
+    /// The wait until `at` (ns since the epoch, store clock) plus [`MARGIN`], by the last
+    /// reading of the store's clock and the time passed here since; at most [`RESYNC`].
+    fn until(&self, at: i128) -> Duration {
+        let Some((local, store_ns)) = self.chain.lock().sync else {
             return self.spec.period.min(RESYNC);
         };
-        let now = store + local.elapsed();
-        let period = self.spec.period.as_nanos();
-        let into_grid = now.saturating_sub(self.spec.offset).as_nanos();
-        let left = period - into_grid % period;
-        let left = Duration::from_nanos(u64::try_from(left).unwrap_or(u64::MAX));
-        (left + MARGIN).min(RESYNC)
+        let now = i128::from(store_ns) + i128::try_from(local.elapsed().as_nanos()).unwrap_or(0);
+        let left = u64::try_from((at - now).max(0)).unwrap_or(u64::MAX);
+        (Duration::from_nanos(left) + MARGIN).min(RESYNC)
     }
 
     /// Plans the next wake-up in `wait`, unless the chain has ended.
-    fn plan(self: &Arc<Self>, wait: Duration) {
+    fn plan(&self, wait: Duration) {
         if self.state.lock().end.is_some() {
             return;
         }
-        let fire = Fire(Some(self.clone()));
+        let fire = Fire(Some(self.arc()));
         match self.handle.schedule(move || fire.fire(), wait) {
             Ok(next) => {
                 let mut state = self.state.lock();
@@ -353,13 +657,36 @@ impl Shared {
         true
     }
 
-    /// Hands `err` to the job's handler, or, without one, to the pool's panic handler as the
-    /// panic of a separate one-shot task (the job itself goes on).
+    /// Counts on this job and on the node's store alike.
+    fn count(&self, f: impl Fn(&Counters)) {
+        f(&self.stats);
+        f(&self.store.stats);
+    }
+
+    /// Hands `err` to the job's handler on the pool, or, without one, to the pool's panic
+    /// handler as the panic of a separate one-shot task (the job itself goes on). If the pool
+    /// refuses (it is shutting down), the handler runs here, or the message goes to stderr.
     fn report(&self, err: ClusterError) {
         match &self.on_error {
             Some(handler) => {
-                // A panicking handler must not stop the job; its payload is dropped here.
-                let _ = panic::catch_unwind(AssertUnwindSafe(|| handler(err)));
+                let h = handler.clone();
+                let err2 = err.clone();
+                let call = move || {
+                    // A panicking handler must not stop the job; its payload is dropped here.
+                    let _ = panic::catch_unwind(AssertUnwindSafe(|| h(err2)));
+                };
+                if self.handle.execute(call).is_err() {
+                    // The pool is shutting down; the store's thread must not run user code.
+                    let h = handler.clone();
+                    let spawned = std::thread::Builder::new()
+                        .name("wheelpool-pg-report".into())
+                        .spawn(move || {
+                            let _ = panic::catch_unwind(AssertUnwindSafe(|| h(err)));
+                        });
+                    if let Err(e) = spawned {
+                        eprintln!("wheelpool cluster: cannot report an error: {e}");
+                    }
+                }
             }
             None => {
                 let message = format!(
@@ -379,14 +706,32 @@ impl Shared {
     }
 }
 
+/// `first`, doubled for each failure after the first, at most [`MAX_RETRY`].
+fn retry_after(first: Duration, failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    first.saturating_mul(1 << doublings).min(MAX_RETRY)
+}
+
+impl LocalJob for Shared {
+    fn name(&self) -> &str {
+        &self.spec.job
+    }
+
+    /// Moves the pending wake-up to now (a trigger); a chain in the middle of a claim or run
+    /// will see the trigger in its next claim anyway.
+    fn wake_now(&self) {
+        let next = self.state.lock().next.as_ref().map(|f| f.cancel_handle());
+        if let Some(next) = next {
+            next.reset(Duration::ZERO);
+        }
+    }
+}
+
 impl ClusterTask {
     /// Stops this node's part of the job: no later wake-up runs. A run in progress finishes
-    /// (and releases its lease), and so may one whose wake-up a worker had just taken. Returns true if this call stopped it, false if it had already
-    /// ended. Other nodes go on running the job.
-    ///
-    /// # Examples
-    ///
-    /// See [`ClusterTask`].
+    /// (and releases its lease), and so may one whose wake-up a worker had just taken.
+    /// Returns true if this call stopped it, false if it had already ended. Other nodes go on
+    /// running the job.
     pub fn cancel(&self) -> bool {
         let next = {
             let mut state = self.shared.state.lock();
@@ -405,21 +750,19 @@ impl ClusterTask {
     }
 
     /// True once this node's part of the job has ended (cancel, panic, or pool shutdown).
-    ///
-    /// # Examples
-    ///
-    /// See [`ClusterTask`].
     pub fn is_done(&self) -> bool {
         self.shared.state.lock().end.is_some()
+    }
+
+    /// This job's counters on this node (claims won, found taken, skipped by reason, failed
+    /// calls, claim latency).
+    pub fn stats(&self) -> ClusterStats {
+        self.shared.stats.snapshot()
     }
 
     /// Blocks until this node's part of the job ends: `Cancelled` after [`cancel`](Self::cancel),
     /// `Panicked` after a run panicked (unless the job survives panics), `Shutdown` when the
     /// pool shut down. Do not call it from a task of the same pool.
-    ///
-    /// # Examples
-    ///
-    /// See [`ClusterTask`].
     pub fn join(&self) -> Result<(), TaskError> {
         let mut state = self.shared.state.lock();
         loop {
@@ -431,10 +774,6 @@ impl ClusterTask {
     }
 
     /// [`join`](Self::join) for at most `timeout`: `None` if it has not ended by then.
-    ///
-    /// # Examples
-    ///
-    /// See [`ClusterTask`].
     pub fn join_timeout(&self, timeout: Duration) -> Option<Result<(), TaskError>> {
         let deadline = Instant::now() + timeout;
         let mut state = self.shared.state.lock();

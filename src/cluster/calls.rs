@@ -1,0 +1,629 @@
+//! `StoreCore`: the calls every job makes to the store, each bounded on the client side.
+//!
+//! Ground rules:
+//! - The store runs its own one-thread tokio runtime (thread `wheelpool-pg`). Job chains hand
+//!   it claims without blocking a pool worker; admin calls and `keep_alive` block their caller
+//!   on a channel until the runtime answers (never on the runtime itself).
+//! - **Every call is bounded here, on the client**: a connect (TCP and login) by the connect
+//!   timeout, any other call by the call timeout, both with `tokio::time::timeout`. A call
+//!   that runs out drops its connection (the socket is closed by aborting the connection's
+//!   task) and asks the server to cancel the statement; the server-side `statement_timeout`
+//!   and `lock_timeout` are a second line, not the bound.
+//! - Several connections (`connections`, default 4). A call takes the one with the fewest
+//!   calls in flight, so one stalled connection holds up only the calls already on it.
+//! - A call that finds its connection dead (terminated by an administrator, a pooler, a
+//!   failover) retries once on a fresh connection, within the same bound.
+//! - Failed connects back off per connection (50 ms doubling to 2 s): a dead server is not
+//!   hammered, and calls meanwhile fail at once with [`StoreErrorKind::Backoff`].
+//! - Claims are batched: whatever claims are queued when a connection is free go in one
+//!   statement ([`sql::CLAIM`]); at most one batch per connection is in flight.
+//! - The runtime never runs user code: answers go to the job chains, which hand anything of
+//!   the user's (a body, an error handler) to the pool.
+
+use super::error::{StoreError, StoreErrorKind};
+use super::sql;
+use super::stats::Counters;
+use super::ClusterError;
+use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, Weak};
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::future::Future;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use tokio::task::JoinHandle;
+use tokio_postgres::config::Host;
+use tokio_postgres::types::{ToSql, Type};
+use tokio_postgres::{Client, Config, NoTls, Row};
+
+/// First wait after a failed connect; it doubles on each failure up to [`MAX_BACKOFF`].
+const MIN_BACKOFF: Duration = Duration::from_millis(50);
+/// Longest wait between connect attempts: how late a node notices that the server is back.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// Most claims in one statement.
+const MAX_BATCH: usize = 1_000;
+/// Bound on the cancel request sent for a statement that ran out of time.
+const CANCEL_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What a node's job chain hands the store for a claim, and where the answer goes.
+pub(super) struct ClaimRequest {
+    pub(super) job: Arc<str>,
+    pub(super) period_ns: i64,
+    pub(super) offset_ns: i64,
+    pub(super) owner: Arc<str>,
+    pub(super) node: Arc<str>,
+    pub(super) lease_us: i64,
+    pub(super) grace_ns: i64,
+    /// The last claim this owner handled (ran, or gave up).
+    pub(super) known: i64,
+    pub(super) reply: Box<dyn FnOnce(Result<ClaimAnswer, ClusterError>) + Send>,
+}
+
+/// The store's answer to one claim; see [`sql::CLAIM`] for the outcomes.
+#[derive(Debug, Clone)]
+pub(super) struct ClaimAnswer {
+    pub(super) outcome: Outcome,
+    /// The row's last run before the claim, the run the claim looked at, and the last run
+    /// due by the store's clock (meaningless for `Missing` and `Busy`).
+    pub(super) last_run: i64,
+    pub(super) k: i64,
+    pub(super) due: i64,
+    /// The stored grid.
+    pub(super) grid: (i64, i64),
+    pub(super) until_ns: i64,
+    /// Another run (or trigger) was already due when this claim was made.
+    pub(super) more: bool,
+    /// The store's clock as the answer left it, and when the answer came.
+    pub(super) store_ns: i64,
+    pub(super) received: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outcome {
+    Missing,
+    Busy,
+    Mismatch,
+    /// A claim of this owner that it never ran: `run`, `claim`, and whether it is a trigger.
+    Redeliver {
+        run: i64,
+        claim: i64,
+        trigger: bool,
+    },
+    Leased,
+    Paused,
+    Won {
+        run: i64,
+        claim: i64,
+    },
+    Triggered {
+        run: i64,
+        claim: i64,
+    },
+    Taken,
+    Idle,
+}
+
+/// How a release or renewal ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum LeaseState {
+    /// The lease was held, and is now ended (release) or extended (renew).
+    Held,
+    /// It had run out; `taken_over` if the row holds a later claim.
+    Expired { taken_over: bool },
+}
+
+/// A job scheduled on this node, woken at once by a local [`PgLockStore::trigger`].
+pub(super) trait LocalJob: Send + Sync {
+    fn name(&self) -> &str;
+    fn wake_now(&self);
+}
+
+/// Everything the store's calls share; job chains hold it, so the runtime lives while they do.
+pub(super) struct StoreCore {
+    config: Config,
+    connect_timeout: Duration,
+    pub(super) call_timeout: Duration,
+    runtime: tokio::runtime::Handle,
+    slots: Box<[Slot]>,
+    next_slot: AtomicUsize,
+    schema_ready: AtomicBool,
+    batch: Mutex<Batch>,
+    pub(super) stats: Counters,
+    local: Mutex<Vec<Weak<dyn LocalJob>>>,
+    /// Dropping it stops the runtime's thread.
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+struct Slot {
+    in_flight: AtomicUsize,
+    conn: tokio::sync::Mutex<SlotConn>,
+}
+
+#[derive(Default)]
+struct SlotConn {
+    client: Option<Arc<Client>>,
+    /// The task driving the connection's socket: aborted to close it.
+    driver: Option<JoinHandle<()>>,
+    failures: u32,
+    retry_at: Option<Instant>,
+    last_error: String,
+}
+
+#[derive(Default)]
+struct Batch {
+    queue: VecDeque<ClaimRequest>,
+    flushers: usize,
+}
+
+impl StoreCore {
+    pub(super) fn start(
+        config: Config,
+        connections: usize,
+        connect_timeout: Duration,
+        call_timeout: Duration,
+    ) -> Result<Arc<Self>, ClusterError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                ClusterError::InvalidUrl(format!("cannot start the store's runtime: {e}"))
+            })?;
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("wheelpool-pg".into())
+            .spawn(move || {
+                runtime.block_on(async {
+                    let _ = stopped.await;
+                });
+                // Dropped here, outside the runtime: pending calls end as errors.
+            })
+            .map_err(|e| {
+                ClusterError::InvalidUrl(format!("cannot start the store's thread: {e}"))
+            })?;
+        let slots = (0..connections)
+            .map(|_| Slot {
+                in_flight: AtomicUsize::new(0),
+                conn: tokio::sync::Mutex::new(SlotConn::default()),
+            })
+            .collect();
+        Ok(Arc::new(Self {
+            config,
+            connect_timeout,
+            call_timeout,
+            runtime: handle,
+            slots,
+            next_slot: AtomicUsize::new(0),
+            schema_ready: AtomicBool::new(false),
+            batch: Mutex::new(Batch::default()),
+            stats: Counters::default(),
+            local: Mutex::new(Vec::new()),
+            _stop: stop,
+        }))
+    }
+
+    /// Runs `fut` on the store's runtime and waits for it on this thread.
+    pub(super) fn block<R: Send + 'static>(
+        &self,
+        fut: impl Future<Output = Result<R, ClusterError>> + Send + 'static,
+    ) -> Result<R, ClusterError> {
+        let (tx, rx) = mpsc::sync_channel(1);
+        self.runtime.spawn(async move {
+            let _ = tx.send(fut.await);
+        });
+        rx.recv().unwrap_or_else(|_| {
+            Err(ClusterError::Unavailable(StoreError::backoff(
+                "call",
+                Duration::ZERO,
+                "the store's runtime has stopped",
+            )))
+        })
+    }
+
+    /// Runs `fut` on the store's runtime without waiting.
+    pub(super) fn spawn(&self, fut: impl Future<Output = ()> + Send + 'static) -> JoinHandle<()> {
+        self.runtime.spawn(fut)
+    }
+
+    /// Queues a claim; the answer goes to `req.reply` on the store's runtime.
+    pub(super) fn claim(self: &Arc<Self>, req: ClaimRequest) {
+        let start = {
+            let mut batch = self.batch.lock();
+            batch.queue.push_back(req);
+            let start = batch.flushers < self.slots.len();
+            batch.flushers += usize::from(start);
+            start
+        };
+        if start {
+            let core = self.clone();
+            self.runtime.spawn(async move { core.flush().await });
+        }
+    }
+
+    /// Sends queued claims in batches until the queue is empty.
+    async fn flush(self: Arc<Self>) {
+        loop {
+            let batch: Vec<ClaimRequest> = {
+                let mut b = self.batch.lock();
+                if b.queue.is_empty() {
+                    b.flushers -= 1;
+                    return;
+                }
+                let n = b.queue.len().min(MAX_BATCH);
+                b.queue.drain(..n).collect()
+            };
+            self.claim_batch(batch).await;
+        }
+    }
+
+    async fn claim_batch(&self, batch: Vec<ClaimRequest>) {
+        let sent = Instant::now();
+        let names: Vec<&str> = batch.iter().map(|r| &*r.job).collect();
+        let periods: Vec<i64> = batch.iter().map(|r| r.period_ns).collect();
+        let offsets: Vec<i64> = batch.iter().map(|r| r.offset_ns).collect();
+        let owners: Vec<&str> = batch.iter().map(|r| &*r.owner).collect();
+        let nodes: Vec<&str> = batch.iter().map(|r| &*r.node).collect();
+        let leases: Vec<i64> = batch.iter().map(|r| r.lease_us).collect();
+        let graces: Vec<i64> = batch.iter().map(|r| r.grace_ns).collect();
+        let known: Vec<i64> = batch.iter().map(|r| r.known).collect();
+        let result = self
+            .query(
+                "claim",
+                sql::CLAIM,
+                &[
+                    (&names, Type::TEXT_ARRAY),
+                    (&periods, Type::INT8_ARRAY),
+                    (&offsets, Type::INT8_ARRAY),
+                    (&owners, Type::TEXT_ARRAY),
+                    (&nodes, Type::TEXT_ARRAY),
+                    (&leases, Type::INT8_ARRAY),
+                    (&graces, Type::INT8_ARRAY),
+                    (&known, Type::INT8_ARRAY),
+                ],
+            )
+            .await;
+        let received = Instant::now();
+        self.stats.claim_latency.record(received - sent);
+        match result {
+            Ok(rows) => {
+                let mut answers: HashMap<String, ClaimAnswer> = rows
+                    .iter()
+                    .map(|row| (row.get::<_, String>(0), answer(row, received)))
+                    .collect();
+                for req in batch {
+                    let reply = match answers.remove(&*req.job) {
+                        Some(a) => Ok(a),
+                        None => Err(ClusterError::Store(StoreError::backoff(
+                            "claim",
+                            Duration::ZERO,
+                            "the batch gave no answer for this job",
+                        ))),
+                    };
+                    (req.reply)(reply);
+                }
+            }
+            Err(err) => {
+                for req in batch {
+                    (req.reply)(Err(err.clone()));
+                }
+            }
+        }
+    }
+
+    /// Registers a job (see [`sql::REGISTER`] and [`sql::TAKE_OVER`]); gives the stored grid
+    /// after it, and whether a takeover changed it.
+    pub(super) async fn register(
+        &self,
+        job: &str,
+        grid: (i64, i64),
+        grace_ns: i64,
+        take_over: bool,
+    ) -> Result<(i64, i64), ClusterError> {
+        let job = job.to_owned();
+        let args: [(&(dyn ToSql + Sync), Type); 4] = [
+            (&job, Type::TEXT),
+            (&grid.0, Type::INT8),
+            (&grid.1, Type::INT8),
+            (&grace_ns, Type::INT8),
+        ];
+        let rows = self.query("register", sql::REGISTER, &args).await?;
+        let stored = rows
+            .first()
+            .map(|row| (row.get::<_, i64>(0), row.get::<_, i64>(1)))
+            .unwrap_or(grid);
+        if stored == grid || !take_over {
+            return Ok(stored);
+        }
+        self.query("register", sql::TAKE_OVER, &args).await?;
+        Ok(grid)
+    }
+
+    /// Ends (`renew: None`) or extends a lease.
+    pub(super) async fn lease(
+        &self,
+        job: &str,
+        claim: i64,
+        owner: &str,
+        renew: Option<i64>,
+    ) -> Result<LeaseState, ClusterError> {
+        let (job, owner) = (job.to_owned(), owner.to_owned());
+        let rows = match renew {
+            None => {
+                let args: [(&(dyn ToSql + Sync), Type); 3] = [
+                    (&job, Type::TEXT),
+                    (&claim, Type::INT8),
+                    (&owner, Type::TEXT),
+                ];
+                self.query("release", sql::RELEASE, &args).await?
+            }
+            Some(lease_us) => {
+                let args: [(&(dyn ToSql + Sync), Type); 4] = [
+                    (&job, Type::TEXT),
+                    (&claim, Type::INT8),
+                    (&owner, Type::TEXT),
+                    (&lease_us, Type::INT8),
+                ];
+                self.query("renew", sql::RENEW, &args).await?
+            }
+        };
+        let row = rows.first();
+        let held = row.is_some_and(|r| r.get::<_, bool>(0));
+        let ours = row.is_some_and(|r| r.get::<_, bool>(1));
+        Ok(if held {
+            LeaseState::Held
+        } else {
+            LeaseState::Expired { taken_over: !ours }
+        })
+    }
+
+    pub(super) fn add_local(&self, job: Weak<dyn LocalJob>) {
+        let mut local = self.local.lock();
+        local.retain(|j| j.strong_count() > 0);
+        local.push(job);
+    }
+
+    pub(super) fn wake_local(&self, name: &str) {
+        let jobs: Vec<_> = self
+            .local
+            .lock()
+            .iter()
+            .filter_map(|j| j.upgrade())
+            .collect();
+        for job in jobs.iter().filter(|j| j.name() == name) {
+            job.wake_now();
+        }
+    }
+
+    pub(super) async fn execute(
+        &self,
+        call: &'static str,
+        statement: &'static str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<u64, ClusterError> {
+        self.bounded(call, |client| async move {
+            client.execute_typed(statement, params).await
+        })
+        .await
+    }
+
+    pub(super) async fn query(
+        &self,
+        call: &'static str,
+        statement: &'static str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>, ClusterError> {
+        self.bounded(call, |client| async move {
+            client.query_typed(statement, params).await
+        })
+        .await
+    }
+
+    /// Runs `op` on the least busy connection within the call timeout (see the ground rules).
+    async fn bounded<'a, R, F, Fut>(&'a self, call: &'static str, op: F) -> Result<R, ClusterError>
+    where
+        F: Fn(Arc<Client>) -> Fut,
+        Fut: Future<Output = Result<R, tokio_postgres::Error>> + 'a,
+    {
+        let deadline = tokio::time::Instant::now() + self.call_timeout;
+        let mut retried = false;
+        loop {
+            let slot = self.pick();
+            slot.in_flight.fetch_add(1, Ordering::Relaxed);
+            let mut used = None;
+            let outcome = tokio::time::timeout_at(deadline, async {
+                let client = self.client(slot, call).await?;
+                used = Some(client.clone());
+                op(client)
+                    .await
+                    .map_err(|e| StoreError::from_pg(call, false, e))
+            })
+            .await;
+            slot.in_flight.fetch_sub(1, Ordering::Relaxed);
+            let err = match outcome {
+                Ok(Ok(value)) => return Ok(value),
+                Ok(Err(err)) => err,
+                Err(_) => StoreError::timeout(call, self.call_timeout),
+            };
+            self.stats.failed_calls.fetch_add(1, Ordering::Relaxed);
+            if err.session_lost() {
+                if let Some(client) = used {
+                    self.drop_connection(slot, &client, err.kind() == StoreErrorKind::Timeout)
+                        .await;
+                }
+            }
+            let fresh_try = err.kind() == StoreErrorKind::ConnectionLost && !retried;
+            if !fresh_try || tokio::time::Instant::now() >= deadline {
+                return Err(err.into_cluster());
+            }
+            retried = true;
+        }
+    }
+
+    /// The connection with the fewest calls in flight (ties: round robin).
+    fn pick(&self) -> &Slot {
+        let start = self.next_slot.fetch_add(1, Ordering::Relaxed);
+        let n = self.slots.len();
+        (0..n)
+            .map(|i| &self.slots[(start + i) % n])
+            .min_by_key(|s| s.in_flight.load(Ordering::Relaxed))
+            .expect("at least one connection")
+    }
+
+    /// The slot's live connection, or a new one.
+    async fn client(&self, slot: &Slot, call: &'static str) -> Result<Arc<Client>, StoreError> {
+        let mut conn = slot.conn.lock().await;
+        if let Some(client) = conn.client.as_ref().filter(|c| !c.is_closed()) {
+            return Ok(client.clone());
+        }
+        close(&mut conn);
+        let now = Instant::now();
+        if let Some(at) = conn.retry_at.filter(|at| *at > now) {
+            return Err(StoreError::backoff(call, at - now, &conn.last_error));
+        }
+        let opened = tokio::time::timeout(self.connect_timeout, self.open()).await;
+        let opened =
+            opened.unwrap_or_else(|_| Err(StoreError::timeout("connect", self.connect_timeout)));
+        match opened {
+            Ok((client, driver)) => {
+                conn.failures = 0;
+                conn.retry_at = None;
+                conn.driver = Some(driver);
+                Ok(conn.client.insert(Arc::new(client)).clone())
+            }
+            Err(err) => {
+                conn.failures = conn.failures.saturating_add(1);
+                conn.retry_at = Some(Instant::now() + backoff(conn.failures));
+                conn.last_error = err.to_string();
+                Err(err)
+            }
+        }
+    }
+
+    /// Opens a connection: login, session bounds, and the table on the store's first connect.
+    async fn open(&self) -> Result<(Client, JoinHandle<()>), StoreError> {
+        let pg = |e| StoreError::from_pg("connect", true, e);
+        let (mut client, connection) = self.config.connect(NoTls).await.map_err(pg)?;
+        let driver = self.runtime.spawn(async move {
+            let _ = connection.await;
+        });
+        let ms = self.call_timeout.as_millis().max(1);
+        let setup = async {
+            client
+                .batch_execute(&format!(
+                    "SET statement_timeout = {ms}; SET lock_timeout = {ms}; \
+                     SET idle_in_transaction_session_timeout = {ms};"
+                ))
+                .await?;
+            if !self.schema_ready.load(Ordering::Acquire) {
+                let tx = client.transaction().await?;
+                tx.execute("SELECT pg_advisory_xact_lock($1)", &[&sql::DDL_LOCK_KEY])
+                    .await?;
+                tx.batch_execute(sql::CREATE_TABLE).await?;
+                tx.commit().await?;
+                // Pairs with the load above: later connects skip the DDL.
+                self.schema_ready.store(true, Ordering::Release);
+            }
+            Ok(())
+        };
+        match setup.await {
+            Ok(()) => Ok((client, driver)),
+            Err(e) => {
+                driver.abort();
+                Err(StoreError::from_pg("connect", false, e))
+            }
+        }
+    }
+
+    /// Drops `client` from `slot` if it is still the slot's connection, closing its socket;
+    /// after a timeout, first asks the server to cancel what it runs.
+    async fn drop_connection(&self, slot: &Slot, client: &Arc<Client>, cancel: bool) {
+        if cancel {
+            let token = client.cancel_token();
+            self.runtime.spawn(async move {
+                let _ = tokio::time::timeout(CANCEL_TIMEOUT, token.cancel_query(NoTls)).await;
+            });
+        }
+        let mut conn = slot.conn.lock().await;
+        if conn.client.as_ref().is_some_and(|c| Arc::ptr_eq(c, client)) {
+            close(&mut conn);
+        }
+    }
+}
+
+/// Forgets the slot's connection and closes its socket.
+fn close(conn: &mut SlotConn) {
+    conn.client = None;
+    if let Some(driver) = conn.driver.take() {
+        driver.abort();
+    }
+}
+
+/// The wait after `failures` failed connects in a row.
+fn backoff(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    MIN_BACKOFF.saturating_mul(1 << doublings).min(MAX_BACKOFF)
+}
+
+/// Reads one row of [`sql::CLAIM`].
+fn answer(row: &Row, received: Instant) -> ClaimAnswer {
+    let outcome: &str = row.get(1);
+    let int = |i| row.get::<_, Option<i64>>(i).unwrap_or(0);
+    let (new_last, new_claim) = (int(8), int(9));
+    let trigger = row.get::<_, Option<bool>>(10).unwrap_or(false);
+    let outcome = match outcome {
+        "missing" => Outcome::Missing,
+        "busy" => Outcome::Busy,
+        "mismatch" => Outcome::Mismatch,
+        "redeliver" => Outcome::Redeliver {
+            run: new_last,
+            claim: new_claim,
+            trigger,
+        },
+        "leased" => Outcome::Leased,
+        "paused" => Outcome::Paused,
+        "won" => Outcome::Won {
+            run: new_last,
+            claim: new_claim,
+        },
+        "triggered" => Outcome::Triggered {
+            run: new_last,
+            claim: new_claim,
+        },
+        "taken" => Outcome::Taken,
+        _ => Outcome::Idle,
+    };
+    let (last_run, k, due) = (int(4), int(5), int(6));
+    let trigger_left: bool = row.get(11);
+    ClaimAnswer {
+        outcome,
+        last_run,
+        k,
+        due,
+        grid: (int(2), int(3)),
+        until_ns: int(7),
+        more: trigger_left || matches!(outcome, Outcome::Won { run, .. } if run < due),
+        store_ns: row.get(12),
+        received,
+    }
+}
+
+impl fmt::Debug for StoreCore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The config may hold a password: show only where it points.
+        let hosts: Vec<String> = self
+            .config
+            .get_hosts()
+            .iter()
+            .map(|h| match h {
+                Host::Tcp(name) => name.clone(),
+                Host::Unix(path) => path.display().to_string(),
+            })
+            .collect();
+        f.debug_struct("PgLockStore")
+            .field("hosts", &hosts)
+            .field("ports", &self.config.get_ports())
+            .field("dbname", &self.config.get_dbname())
+            .field("connections", &self.slots.len())
+            .field("call_timeout", &self.call_timeout)
+            .finish()
+    }
+}

@@ -1,0 +1,194 @@
+//! The store's SQL: one table, one row per job, every time from the server's clock in
+//! nanoseconds since the Unix epoch (`bigint`: good until the year 2262).
+//!
+//! The rule these statements implement is in the [module docs](super); the columns:
+//! - `period_ns`, `offset_ns`: the job's grid; run `k` is planned at `offset_ns + k * period_ns`.
+//! - `last_run`: the highest run number claimed (or given up: skipped as too old or paused).
+//!   Only ever grows, except through a takeover, which re-counts it on the new grid so that no
+//!   planned time comes twice.
+//! - `claim_id`: counts claims; the current lease is (`claim_id`, `locked_by`). A node knows
+//!   the last claim it ran, so a claim the database made for it but whose answer was lost is
+//!   handed back to it once (and never to anybody else).
+//! - `locked_by`, `node`, `locked_at`, `locked_until`: the last claim's owner token, node
+//!   label, time, and lease end. `lease_trigger`: the last claim was a triggered run.
+//! - `paused`; `triggers` / `triggers_run`: runs asked for now, and how many were claimed.
+//!
+//! PostgreSQL 14 or later: `extract(epoch ...)` must be exact (`numeric`).
+
+/// The table, created if missing.
+pub(super) const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS wheelpool_jobs (
+    name          text PRIMARY KEY,
+    period_ns     bigint NOT NULL CHECK (period_ns > 0),
+    offset_ns     bigint NOT NULL CHECK (offset_ns >= 0),
+    last_run      bigint NOT NULL,
+    claim_id      bigint NOT NULL DEFAULT 0,
+    locked_by     text NOT NULL DEFAULT '',
+    node          text NOT NULL DEFAULT '',
+    locked_at     timestamptz,
+    locked_until  timestamptz NOT NULL DEFAULT 'epoch',
+    lease_trigger boolean NOT NULL DEFAULT false,
+    paused        boolean NOT NULL DEFAULT false,
+    triggers      bigint NOT NULL DEFAULT 0,
+    triggers_run  bigint NOT NULL DEFAULT 0
+)";
+
+/// Concurrent `CREATE TABLE IF NOT EXISTS` can fail with a unique violation in the catalog:
+/// nodes starting together take this advisory lock around it.
+pub(super) const DDL_LOCK_KEY: i64 = 0x0077_686c_706f_6f6c; // "whlpool" in ASCII
+
+/// The server's clock now, in nanoseconds since the epoch.
+macro_rules! now_ns {
+    ($t:literal) => {
+        concat!("(extract(epoch FROM ", $t, ") * 1000000000)::bigint")
+    };
+}
+
+/// Registers a job: inserts its row if missing, with `last_run` just before the run due now
+/// (so the current period's run is the first claimable one: nothing planned before the job
+/// existed is claimed or reported). Gives the stored period and offset. `$1` name, `$2`
+/// period_ns, `$3` offset_ns, `$4` grace_ns (unused here, kept for one argument list).
+pub(super) const REGISTER: &str = concat!(
+    "WITH t AS (SELECT ",
+    now_ns!("now()"),
+    " AS now_ns),
+ins AS (INSERT INTO wheelpool_jobs (name, period_ns, offset_ns, last_run)
+    SELECT $1::text, $2::bigint, $3::bigint,
+           floor((t.now_ns - $3::bigint)::numeric / $2::bigint)::bigint - 1 + 0 * $4::bigint
+    FROM t
+    ON CONFLICT (name) DO NOTHING
+    RETURNING period_ns, offset_ns)
+SELECT period_ns, offset_ns FROM ins
+UNION ALL
+SELECT period_ns, offset_ns FROM wheelpool_jobs WHERE name = $1::text AND NOT EXISTS (SELECT 1 FROM ins)"
+);
+
+/// Moves a job to new settings (a takeover): the new grid's count starts after the end of the
+/// old grid's last claimed period, so no stretch of time is run twice, and no earlier than the
+/// run due now. The lease, if held, stays. `$1` name, `$2` period_ns, `$3` offset_ns,
+/// `$4` grace_ns. Returns a row if it changed anything.
+pub(super) const TAKE_OVER: &str = concat!(
+    "UPDATE wheelpool_jobs SET period_ns = $2::bigint, offset_ns = $3::bigint,
+    last_run = greatest(
+        ceil((offset_ns::numeric + (last_run + 1)::numeric * period_ns - $3::bigint) / $2::bigint)::bigint - 1,
+        floor((",
+    now_ns!("now()"),
+    " - $3::bigint)::numeric / $2::bigint)::bigint - 1 + 0 * $4::bigint)
+WHERE name = $1::text AND (period_ns <> $2::bigint OR offset_ns <> $3::bigint)
+RETURNING last_run"
+);
+
+/// The batched claim: one statement, one `now()`, for every job in the arrays. Rows locked by
+/// another transaction (another node's claim, an administrator) are skipped and answered
+/// `busy`, so one locked row never holds up the rest of the batch.
+///
+/// Arrays: `$1` name, `$2` period_ns, `$3` offset_ns, `$4` owner, `$5` node, `$6` lease_us,
+/// `$7` grace_ns, `$8` known claim_id (the last claim this owner ran).
+///
+/// Outcomes, in the order they are decided:
+/// - `missing`: no row (deleted by hand); `busy`: the row is locked.
+/// - `mismatch`: the row's period or offset differ from the request's.
+/// - `redeliver`: the row's last claim is this owner's and it never ran it (its answer was
+///   lost): the same claim again, lease renewed.
+/// - `leased`: another owner's lease is held.
+/// - `paused` (with a run due): the due runs are given up: `last_run` moves to `due`.
+/// - `won`: run `k = max(last_run + 1, oldest claimable run)` is planned at or before now: it
+///   is claimed, runs `last_run + 1 .. k - 1` were too old (skipped). A run stays claimable
+///   until `grace` after the next run's planned time: the oldest claimable run is
+///   `floor((now - grace - offset) / period)`.
+/// - `triggered`: no planned run is due but a trigger is pending: claimed.
+/// - `taken` (the current run was claimed by another owner) or `idle`.
+pub(super) const CLAIM: &str = concat!(
+    "WITH t AS (SELECT now() AS now, ",
+    now_ns!("now()"),
+    " AS now_ns),
+r AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[],
+                          $6::bigint[], $7::bigint[], $8::bigint[])
+      AS r(name, period_ns, offset_ns, owner, node, lease_us, grace_ns, known)),
+c AS (SELECT j.* FROM wheelpool_jobs j WHERE j.name = ANY($1::text[])
+      ORDER BY j.name FOR UPDATE SKIP LOCKED),
+g AS (SELECT r.*, t.now, t.now_ns, c.name IS NOT NULL AS locked,
+        EXISTS (SELECT 1 FROM wheelpool_jobs x WHERE x.name = r.name) AS present,
+        c.period_ns AS s_period, c.offset_ns AS s_offset, c.last_run, c.claim_id, c.locked_by,
+        c.paused, c.triggers, c.triggers_run, c.lease_trigger,
+        ",
+    now_ns!("c.locked_until"),
+    " AS until_ns,
+        floor((t.now_ns - c.offset_ns)::numeric / c.period_ns)::bigint AS due,
+        greatest(c.last_run + 1,
+                 floor((t.now_ns - r.grace_ns - c.offset_ns)::numeric / c.period_ns)::bigint) AS k
+      FROM r CROSS JOIN t LEFT JOIN c ON c.name = r.name),
+d AS (SELECT g.*, CASE
+        WHEN NOT g.locked THEN CASE WHEN g.present THEN 'busy' ELSE 'missing' END
+        WHEN g.s_period <> g.period_ns OR g.s_offset <> g.offset_ns THEN 'mismatch'
+        WHEN g.locked_by = g.owner AND g.claim_id <> g.known THEN 'redeliver'
+        WHEN g.until_ns > g.now_ns AND g.locked_by <> g.owner THEN 'leased'
+        WHEN g.k <= g.due AND g.paused THEN 'paused'
+        WHEN g.k <= g.due THEN 'won'
+        WHEN g.triggers > g.triggers_run AND NOT g.paused THEN 'triggered'
+        WHEN g.last_run >= g.due AND g.locked_by <> g.owner THEN 'taken'
+        ELSE 'idle' END AS outcome
+      FROM g),
+u AS (UPDATE wheelpool_jobs j SET
+        last_run = CASE d.outcome WHEN 'won' THEN d.k WHEN 'paused' THEN d.due ELSE j.last_run END,
+        claim_id = CASE WHEN d.outcome IN ('won', 'triggered') THEN j.claim_id + 1 ELSE j.claim_id END,
+        locked_by = CASE WHEN d.outcome IN ('won', 'triggered') THEN d.owner ELSE j.locked_by END,
+        node = CASE WHEN d.outcome IN ('won', 'triggered') THEN d.node ELSE j.node END,
+        locked_at = CASE WHEN d.outcome IN ('won', 'triggered') THEN d.now ELSE j.locked_at END,
+        locked_until = CASE WHEN d.outcome IN ('won', 'triggered', 'redeliver')
+                            THEN d.now + d.lease_us * interval '1 microsecond'
+                            ELSE j.locked_until END,
+        lease_trigger = CASE d.outcome WHEN 'won' THEN false WHEN 'triggered' THEN true
+                                       ELSE j.lease_trigger END,
+        triggers_run = CASE WHEN d.outcome = 'triggered' THEN j.triggers ELSE j.triggers_run END
+      FROM d WHERE j.name = d.name AND d.outcome IN ('won', 'triggered', 'redeliver', 'paused')
+      RETURNING j.name, j.last_run AS new_last, j.claim_id AS new_claim, j.lease_trigger AS new_trigger,
+                j.triggers > j.triggers_run AS trigger_left)
+SELECT d.name, d.outcome, d.s_period, d.s_offset, d.last_run, d.k, d.due, d.until_ns,
+       u.new_last, u.new_claim, u.new_trigger, coalesce(u.trigger_left, false),
+       (SELECT ",
+    now_ns!("clock_timestamp()"),
+    ")
+FROM d LEFT JOIN u ON u.name = d.name"
+);
+
+/// Ends a lease now if this owner still holds it for this claim; otherwise says whether the
+/// row still holds this claim (expired) or a later one (taken over). `$1` name, `$2`
+/// claim_id, `$3` owner.
+pub(super) const RELEASE: &str = "WITH r AS (
+    UPDATE wheelpool_jobs SET locked_until = now()
+    WHERE name = $1::text AND claim_id = $2::bigint AND locked_by = $3::text
+      AND locked_until > now()
+    RETURNING 1)
+SELECT EXISTS (SELECT 1 FROM r),
+       coalesce((SELECT claim_id = $2::bigint AND locked_by = $3::text
+                 FROM wheelpool_jobs WHERE name = $1::text), false)";
+
+/// Extends a lease held by this owner for this claim to `now + lease`. `$1` name, `$2`
+/// claim_id, `$3` owner, `$4` lease_us. Same answer as [`RELEASE`].
+pub(super) const RENEW: &str = "WITH r AS (
+    UPDATE wheelpool_jobs SET locked_until = now() + $4::bigint * interval '1 microsecond'
+    WHERE name = $1::text AND claim_id = $2::bigint AND locked_by = $3::text
+      AND locked_until > now()
+    RETURNING 1)
+SELECT EXISTS (SELECT 1 FROM r),
+       coalesce((SELECT claim_id = $2::bigint AND locked_by = $3::text
+                 FROM wheelpool_jobs WHERE name = $1::text), false)";
+
+/// The job table, by the server's clock.
+pub(super) const JOBS: &str = concat!(
+    "SELECT name, period_ns, offset_ns, last_run, claim_id, node, ",
+    now_ns!("coalesce(locked_at, 'epoch')"),
+    ", ",
+    now_ns!("locked_until"),
+    ", paused, triggers - triggers_run, ",
+    now_ns!("now()"),
+    " FROM wheelpool_jobs ORDER BY name"
+);
+
+/// `$1` name, `$2` paused.
+pub(super) const SET_PAUSED: &str =
+    "UPDATE wheelpool_jobs SET paused = $2::boolean WHERE name = $1::text";
+
+/// `$1` name.
+pub(super) const TRIGGER: &str =
+    "UPDATE wheelpool_jobs SET triggers = triggers + 1 WHERE name = $1::text";
