@@ -19,7 +19,7 @@ use super::calls::{ClaimAnswer, ClaimRequest, LeaseState, LocalJob, Outcome, Sto
 use super::error::{ClusterError, SkipReason, StoreError};
 use super::pg::system_time;
 use super::stats::{ClusterStats, Counters};
-use crate::sync::{Arc, Condvar, Mutex, Weak};
+use crate::sync::{Arc, AtomicBool, Condvar, Mutex, Ordering, Weak};
 use crate::{Handle, ScheduleError, ScheduledFuture, TaskError};
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
@@ -201,6 +201,8 @@ pub(super) struct Shared {
     state: Mutex<State>,
     ended: Condvar,
     chain: Mutex<Chain>,
+    /// A trigger on this node's store asked for a claim now (see `LocalJob::wake_now`).
+    poked: AtomicBool,
     stats: Counters,
     me: Weak<Shared>,
 }
@@ -266,6 +268,7 @@ impl Shared {
             state: Mutex::new(State::default()),
             ended: Condvar::new(),
             chain: Mutex::new(Chain::default()),
+            poked: AtomicBool::new(false),
             stats: Counters::default(),
             me: me.clone(),
         });
@@ -327,6 +330,8 @@ impl Shared {
         if self.state.lock().end.is_some() {
             return; // cancelled after this wake-up was taken by a worker
         }
+        // This claim sees any trigger made before it.
+        self.poked.store(false, Ordering::Relaxed);
         let (registered, known) = {
             let chain = self.chain.lock();
             (chain.registered, chain.known)
@@ -632,9 +637,17 @@ impl Shared {
             Ok(next) => {
                 let mut state = self.state.lock();
                 if state.end.is_none() {
+                    let poke = (!wait.is_zero()).then(|| next.cancel_handle());
                     let done = state.next.replace(next);
                     drop(state);
                     drop(done);
+                    // A trigger that came while this chain was claiming or running: its
+                    // `wake_now` found no pending wake-up to move, or moved the old one. The
+                    // state lock orders its flag before this swap, or its read of `next`
+                    // after the store above.
+                    if let Some(next) = poke.filter(|_| self.poked.swap(false, Ordering::Relaxed)) {
+                        next.reset(Duration::ZERO);
+                    }
                     return;
                 }
                 drop(state);
@@ -718,8 +731,9 @@ impl LocalJob for Shared {
     }
 
     /// Moves the pending wake-up to now (a trigger); a chain in the middle of a claim or run
-    /// will see the trigger in its next claim anyway.
+    /// finds the flag when it plans its next wake-up, and plans it for now.
     fn wake_now(&self) {
+        self.poked.store(true, Ordering::Relaxed);
         let next = self.state.lock().next.as_ref().map(|f| f.cancel_handle());
         if let Some(next) = next {
             next.reset(Duration::ZERO);
