@@ -69,7 +69,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if !left && start.elapsed() >= RUN_FOR / 2 {
             let node = nodes.remove(0);
             node.task.cancel();
-            drop(node.pool);
+            // A graceful leave: a run this node already claimed still runs.
+            node.pool.shutdown();
+            node.pool.await_termination(Duration::from_secs(10));
             println!("  -- node-1 leaves --");
             left = true;
         }

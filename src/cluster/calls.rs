@@ -15,8 +15,10 @@
 //!   failover) retries once on a fresh connection, within the same bound.
 //! - Failed connects back off per connection (50 ms doubling to 2 s): a dead server is not
 //!   hammered, and calls meanwhile fail at once with [`StoreErrorKind::Backoff`].
-//! - Claims are batched: whatever claims are queued when a connection is free go in one
-//!   statement ([`sql::CLAIM`]); at most one batch per connection is in flight.
+//! - Claims and releases are batched: whatever claims (releases) are queued when a sender is
+//!   free go in one statement ([`sql::CLAIM`], [`sql::RELEASE`]), never two for one job; at
+//!   most one sender per connection runs for each, so batches grow with the load instead of
+//!   queueing one round trip per job.
 //! - The runtime never runs user code: answers go to the job chains, which hand anything of
 //!   the user's (a body, an error handler) to the pool.
 
@@ -25,7 +27,7 @@ use super::sql;
 use super::stats::Counters;
 use super::ClusterError;
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, Weak};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::sync::mpsc;
@@ -56,6 +58,14 @@ pub(super) struct ClaimRequest {
     /// The last claim this owner handled (ran, or gave up).
     pub(super) known: i64,
     pub(super) reply: Box<dyn FnOnce(Result<ClaimAnswer, ClusterError>) + Send>,
+}
+
+/// A lease to end now, and where the answer goes.
+pub(super) struct ReleaseRequest {
+    pub(super) job: Arc<str>,
+    pub(super) claim: i64,
+    pub(super) owner: Arc<str>,
+    pub(super) reply: Box<dyn FnOnce(Result<LeaseState, ClusterError>) + Send>,
 }
 
 /// The store's answer to one claim; see [`sql::CLAIM`] for the outcomes.
@@ -126,7 +136,8 @@ pub(super) struct StoreCore {
     slots: Box<[Slot]>,
     next_slot: AtomicUsize,
     schema_ready: AtomicBool,
-    batch: Mutex<Batch>,
+    claims: Mutex<Queue<ClaimRequest>>,
+    releases: Mutex<Queue<ReleaseRequest>>,
     pub(super) stats: Counters,
     local: Mutex<Vec<Weak<dyn LocalJob>>>,
     /// Dropping it stops the runtime's thread.
@@ -148,10 +159,73 @@ struct SlotConn {
     last_error: String,
 }
 
-#[derive(Default)]
-struct Batch {
-    queue: VecDeque<ClaimRequest>,
-    flushers: usize,
+/// Requests waiting for a batch, and how many tasks are sending batches of them.
+struct Queue<T> {
+    items: VecDeque<T>,
+    senders: usize,
+}
+
+impl<T> Default for Queue<T> {
+    fn default() -> Self {
+        Self {
+            items: VecDeque::new(),
+            senders: 0,
+        }
+    }
+}
+
+/// A request that belongs to one job.
+trait ForJob {
+    fn job(&self) -> &str;
+}
+
+impl<T: ForJob> Queue<T> {
+    /// Queues `item`; true if the caller must start a sender (fewer than `max` run).
+    fn push(&mut self, item: T, max: usize) -> bool {
+        self.items.push_back(item);
+        let start = self.senders < max;
+        self.senders += usize::from(start);
+        start
+    }
+
+    /// The next batch: up to [`MAX_BATCH`] requests in queue order, never two for one job
+    /// (one statement updates a row once), the rest left for the next batch. `None`, and one
+    /// sender fewer, once the queue is empty.
+    fn take(&mut self) -> Option<Vec<T>> {
+        if self.items.is_empty() {
+            self.senders -= 1;
+            return None;
+        }
+        let mut names = HashSet::new();
+        let mut batch = Vec::new();
+        let mut later = VecDeque::new();
+        while let Some(item) = self.items.pop_front() {
+            if batch.len() == MAX_BATCH {
+                self.items.push_front(item);
+                break;
+            }
+            if names.insert(item.job().to_owned()) {
+                batch.push(item);
+            } else {
+                later.push_back(item);
+            }
+        }
+        later.append(&mut self.items);
+        self.items = later;
+        Some(batch)
+    }
+}
+
+impl ForJob for ClaimRequest {
+    fn job(&self) -> &str {
+        &self.job
+    }
+}
+
+impl ForJob for ReleaseRequest {
+    fn job(&self) -> &str {
+        &self.job
+    }
 }
 
 impl StoreCore {
@@ -194,7 +268,8 @@ impl StoreCore {
             slots,
             next_slot: AtomicUsize::new(0),
             schema_ready: AtomicBool::new(false),
-            batch: Mutex::new(Batch::default()),
+            claims: Mutex::new(Queue::default()),
+            releases: Mutex::new(Queue::default()),
             stats: Counters::default(),
             local: Mutex::new(Vec::new()),
             _stop: stop,
@@ -226,32 +301,31 @@ impl StoreCore {
 
     /// Queues a claim; the answer goes to `req.reply` on the store's runtime.
     pub(super) fn claim(self: &Arc<Self>, req: ClaimRequest) {
-        let start = {
-            let mut batch = self.batch.lock();
-            batch.queue.push_back(req);
-            let start = batch.flushers < self.slots.len();
-            batch.flushers += usize::from(start);
-            start
-        };
-        if start {
+        if self.claims.lock().push(req, self.slots.len()) {
             let core = self.clone();
-            self.runtime.spawn(async move { core.flush().await });
+            self.runtime.spawn(async move {
+                loop {
+                    let Some(batch) = core.claims.lock().take() else {
+                        return;
+                    };
+                    core.claim_batch(batch).await;
+                }
+            });
         }
     }
 
-    /// Sends queued claims in batches until the queue is empty.
-    async fn flush(self: Arc<Self>) {
-        loop {
-            let batch: Vec<ClaimRequest> = {
-                let mut b = self.batch.lock();
-                if b.queue.is_empty() {
-                    b.flushers -= 1;
-                    return;
+    /// Queues a release; the answer goes to `req.reply` on the store's runtime.
+    pub(super) fn release(self: &Arc<Self>, req: ReleaseRequest) {
+        if self.releases.lock().push(req, self.slots.len()) {
+            let core = self.clone();
+            self.runtime.spawn(async move {
+                loop {
+                    let Some(batch) = core.releases.lock().take() else {
+                        return;
+                    };
+                    core.release_batch(batch).await;
                 }
-                let n = b.queue.len().min(MAX_BATCH);
-                b.queue.drain(..n).collect()
-            };
-            self.claim_batch(batch).await;
+            });
         }
     }
 
@@ -265,48 +339,35 @@ impl StoreCore {
         let leases: Vec<i64> = batch.iter().map(|r| r.lease_us).collect();
         let graces: Vec<i64> = batch.iter().map(|r| r.grace_ns).collect();
         let known: Vec<i64> = batch.iter().map(|r| r.known).collect();
-        let result = self
-            .query(
-                "claim",
-                sql::CLAIM,
-                &[
-                    (&names, Type::TEXT_ARRAY),
-                    (&periods, Type::INT8_ARRAY),
-                    (&offsets, Type::INT8_ARRAY),
-                    (&owners, Type::TEXT_ARRAY),
-                    (&nodes, Type::TEXT_ARRAY),
-                    (&leases, Type::INT8_ARRAY),
-                    (&graces, Type::INT8_ARRAY),
-                    (&known, Type::INT8_ARRAY),
-                ],
-            )
-            .await;
+        let args: [(&(dyn ToSql + Sync), Type); 8] = [
+            (&names, Type::TEXT_ARRAY),
+            (&periods, Type::INT8_ARRAY),
+            (&offsets, Type::INT8_ARRAY),
+            (&owners, Type::TEXT_ARRAY),
+            (&nodes, Type::TEXT_ARRAY),
+            (&leases, Type::INT8_ARRAY),
+            (&graces, Type::INT8_ARRAY),
+            (&known, Type::INT8_ARRAY),
+        ];
+        let result = self.query("claim", sql::CLAIM, &args).await;
         let received = Instant::now();
         self.stats.claim_latency.record(received - sent);
-        match result {
-            Ok(rows) => {
-                let mut answers: HashMap<String, ClaimAnswer> = rows
-                    .iter()
-                    .map(|row| (row.get::<_, String>(0), answer(row, received)))
-                    .collect();
-                for req in batch {
-                    let reply = match answers.remove(&*req.job) {
-                        Some(a) => Ok(a),
-                        None => Err(ClusterError::Store(StoreError::backoff(
-                            "claim",
-                            Duration::ZERO,
-                            "the batch gave no answer for this job",
-                        ))),
-                    };
-                    (req.reply)(reply);
-                }
-            }
-            Err(err) => {
-                for req in batch {
-                    (req.reply)(Err(err.clone()));
-                }
-            }
-        }
+        let replies = batch.into_iter().map(|r| r.reply);
+        answer_each(result, replies, |row| answer(row, received));
+    }
+
+    async fn release_batch(&self, batch: Vec<ReleaseRequest>) {
+        let names: Vec<&str> = batch.iter().map(|r| &*r.job).collect();
+        let claims: Vec<i64> = batch.iter().map(|r| r.claim).collect();
+        let owners: Vec<&str> = batch.iter().map(|r| &*r.owner).collect();
+        let args: [(&(dyn ToSql + Sync), Type); 3] = [
+            (&names, Type::TEXT_ARRAY),
+            (&claims, Type::INT8_ARRAY),
+            (&owners, Type::TEXT_ARRAY),
+        ];
+        let result = self.query("release", sql::RELEASE, &args).await;
+        let replies = batch.into_iter().map(|r| r.reply);
+        answer_each(result, replies, lease_state);
     }
 
     /// Registers a job (see [`sql::REGISTER`] and [`sql::TAKE_OVER`]); gives the stored grid
@@ -337,42 +398,33 @@ impl StoreCore {
         Ok(grid)
     }
 
-    /// Ends (`renew: None`) or extends a lease.
-    pub(super) async fn lease(
+    /// Extends a lease held by `owner` for `claim` to `now + lease_us`.
+    pub(super) async fn renew(
         &self,
         job: &str,
         claim: i64,
         owner: &str,
-        renew: Option<i64>,
+        lease_us: i64,
     ) -> Result<LeaseState, ClusterError> {
         let (job, owner) = (job.to_owned(), owner.to_owned());
-        let rows = match renew {
-            None => {
-                let args: [(&(dyn ToSql + Sync), Type); 3] = [
-                    (&job, Type::TEXT),
-                    (&claim, Type::INT8),
-                    (&owner, Type::TEXT),
-                ];
-                self.query("release", sql::RELEASE, &args).await?
-            }
-            Some(lease_us) => {
-                let args: [(&(dyn ToSql + Sync), Type); 4] = [
-                    (&job, Type::TEXT),
-                    (&claim, Type::INT8),
-                    (&owner, Type::TEXT),
-                    (&lease_us, Type::INT8),
-                ];
-                self.query("renew", sql::RENEW, &args).await?
-            }
-        };
-        let row = rows.first();
-        let held = row.is_some_and(|r| r.get::<_, bool>(0));
-        let ours = row.is_some_and(|r| r.get::<_, bool>(1));
-        Ok(if held {
-            LeaseState::Held
-        } else {
-            LeaseState::Expired { taken_over: !ours }
-        })
+        let args: [(&(dyn ToSql + Sync), Type); 4] = [
+            (&job, Type::TEXT),
+            (&claim, Type::INT8),
+            (&owner, Type::TEXT),
+            (&lease_us, Type::INT8),
+        ];
+        let rows = self.query("renew", sql::RENEW, &args).await?;
+        Ok(rows
+            .first()
+            .map_or(LeaseState::Expired { taken_over: true }, |row| {
+                let held: bool = row.get(0);
+                let ours: bool = row.get(1);
+                if held {
+                    LeaseState::Held
+                } else {
+                    LeaseState::Expired { taken_over: !ours }
+                }
+            }))
     }
 
     pub(super) fn add_local(&self, job: Weak<dyn LocalJob>) {
@@ -561,6 +613,44 @@ fn close(conn: &mut SlotConn) {
 fn backoff(failures: u32) -> Duration {
     let doublings = failures.saturating_sub(1).min(16);
     MIN_BACKOFF.saturating_mul(1 << doublings).min(MAX_BACKOFF)
+}
+
+/// Hands each request of a batch its row of `result` (rows carry the request's 1-based
+/// position first), or the batch's error.
+fn answer_each<A, R>(
+    result: Result<Vec<Row>, ClusterError>,
+    replies: impl Iterator<Item = Box<dyn FnOnce(Result<A, ClusterError>) + Send>>,
+    read: R,
+) where
+    R: Fn(&Row) -> A,
+{
+    match result {
+        Ok(rows) => {
+            let mut by_position: HashMap<i64, A> = rows
+                .iter()
+                .map(|row| (row.get::<_, i64>(0), read(row)))
+                .collect();
+            for (i, reply) in (1..).zip(replies) {
+                reply(
+                    by_position
+                        .remove(&i)
+                        .ok_or_else(|| ClusterError::Store(StoreError::unanswered("batch"))),
+                );
+            }
+        }
+        Err(err) => replies.for_each(|reply| reply(Err(err.clone()))),
+    }
+}
+
+/// Reads one row of [`sql::RELEASE`].
+fn lease_state(row: &Row) -> LeaseState {
+    let held: bool = row.get(1);
+    let ours: bool = row.get(2);
+    if held {
+        LeaseState::Held
+    } else {
+        LeaseState::Expired { taken_over: !ours }
+    }
 }
 
 /// Reads one row of [`sql::CLAIM`].

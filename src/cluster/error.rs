@@ -187,6 +187,18 @@ impl StoreError {
         }
     }
 
+    /// A batch whose answer had no row for one of its requests (a broken invariant of the
+    /// statement, reported rather than trusted).
+    pub(super) fn unanswered(call: &'static str) -> Self {
+        Self {
+            call,
+            kind: StoreErrorKind::Database,
+            sqlstate: None,
+            message: "no answer for this job in the batch".to_owned(),
+            source: None,
+        }
+    }
+
     /// A claim that found the job's row locked by another session for a while.
     pub(super) fn busy(call: &'static str) -> Self {
         Self {

@@ -102,8 +102,8 @@ pub(super) const CLAIM: &str = concat!(
     now_ns!("now()"),
     " AS now_ns),
 r AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[],
-                          $6::bigint[], $7::bigint[], $8::bigint[])
-      AS r(name, period_ns, offset_ns, owner, node, lease_us, grace_ns, known)),
+                          $6::bigint[], $7::bigint[], $8::bigint[]) WITH ORDINALITY
+      AS r(name, period_ns, offset_ns, owner, node, lease_us, grace_ns, known, i)),
 c AS (SELECT j.* FROM wheelpool_jobs j WHERE j.name = ANY($1::text[])
       ORDER BY j.name FOR UPDATE SKIP LOCKED),
 g AS (SELECT r.*, t.now, t.now_ns, c.name IS NOT NULL AS locked,
@@ -143,7 +143,7 @@ u AS (UPDATE wheelpool_jobs j SET
       FROM d WHERE j.name = d.name AND d.outcome IN ('won', 'triggered', 'redeliver', 'paused')
       RETURNING j.name, j.last_run AS new_last, j.claim_id AS new_claim, j.lease_trigger AS new_trigger,
                 j.triggers > j.triggers_run AS trigger_left)
-SELECT d.name, d.outcome, d.s_period, d.s_offset, d.last_run, d.k, d.due, d.until_ns,
+SELECT d.i, d.outcome, d.s_period, d.s_offset, d.last_run, d.k, d.due, d.until_ns,
        u.new_last, u.new_claim, u.new_trigger, coalesce(u.trigger_left, false),
        (SELECT ",
     now_ns!("clock_timestamp()"),
@@ -151,20 +151,27 @@ SELECT d.name, d.outcome, d.s_period, d.s_offset, d.last_run, d.k, d.due, d.unti
 FROM d LEFT JOIN u ON u.name = d.name"
 );
 
-/// Ends a lease now if this owner still holds it for this claim; otherwise says whether the
-/// row still holds this claim (expired) or a later one (taken over). `$1` name, `$2`
-/// claim_id, `$3` owner.
+/// The batched release: ends each lease now if its owner still holds it for that claim, and
+/// says for each whether it did, or whether the row still holds that claim (expired) or a
+/// later one (taken over). Rows are locked in name order, so two release batches never
+/// deadlock (claims skip locked rows and never wait). Arrays: `$1` name, `$2` claim_id,
+/// `$3` owner.
 pub(super) const RELEASE: &str = "WITH r AS (
-    UPDATE wheelpool_jobs SET locked_until = now()
-    WHERE name = $1::text AND claim_id = $2::bigint AND locked_by = $3::text
-      AND locked_until > now()
-    RETURNING 1)
-SELECT EXISTS (SELECT 1 FROM r),
-       coalesce((SELECT claim_id = $2::bigint AND locked_by = $3::text
-                 FROM wheelpool_jobs WHERE name = $1::text), false)";
+    SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[]) WITH ORDINALITY
+        AS r(name, claim_id, owner, i)),
+c AS (SELECT j.name FROM wheelpool_jobs j
+      JOIN r ON r.name = j.name AND r.claim_id = j.claim_id AND r.owner = j.locked_by
+      ORDER BY j.name FOR UPDATE OF j),
+u AS (UPDATE wheelpool_jobs j SET locked_until = now() FROM c
+      WHERE j.name = c.name AND j.locked_until > now()
+      RETURNING j.name)
+SELECT r.i, EXISTS (SELECT 1 FROM u WHERE u.name = r.name),
+       coalesce((SELECT j.claim_id = r.claim_id AND j.locked_by = r.owner
+                 FROM wheelpool_jobs j WHERE j.name = r.name), false)
+FROM r";
 
 /// Extends a lease held by this owner for this claim to `now + lease`. `$1` name, `$2`
-/// claim_id, `$3` owner, `$4` lease_us. Same answer as [`RELEASE`].
+/// claim_id, `$3` owner, `$4` lease_us. Answers as [`RELEASE`] does for one job.
 pub(super) const RENEW: &str = "WITH r AS (
     UPDATE wheelpool_jobs SET locked_until = now() + $4::bigint * interval '1 microsecond'
     WHERE name = $1::text AND claim_id = $2::bigint AND locked_by = $3::text

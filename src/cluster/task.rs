@@ -15,7 +15,9 @@
 //! - `Chain` (the last claim handled, the clock reading, error streaks) is touched by one
 //!   step of the chain at a time; its lock is never held across anything else.
 
-use super::calls::{ClaimAnswer, ClaimRequest, LeaseState, LocalJob, Outcome, StoreCore};
+use super::calls::{
+    ClaimAnswer, ClaimRequest, LeaseState, LocalJob, Outcome, ReleaseRequest, StoreCore,
+};
 use super::error::{ClusterError, SkipReason, StoreError};
 use super::pg::system_time;
 use super::stats::{ClusterStats, Counters};
@@ -227,6 +229,26 @@ struct Chain {
     busy: u32,
     /// The stored grid last reported as a mismatch (reported once per change).
     mismatch: Option<(i64, i64)>,
+}
+
+/// A won run handed to the pool. Dropped without running (the pool refused it, or handed it
+/// back at `shutdown_now`), it reports the run as skipped.
+struct RunTask(Option<(Arc<Shared>, Won)>);
+
+impl RunTask {
+    fn run(mut self) {
+        if let Some((shared, won)) = self.0.take() {
+            shared.run(won);
+        }
+    }
+}
+
+impl Drop for RunTask {
+    fn drop(&mut self) {
+        if let Some((shared, won)) = self.0.take() {
+            shared.abandon(won);
+        }
+    }
 }
 
 /// A pending wake-up. Dropped without firing (the pool shut down, or a cancel), it ends the
@@ -498,23 +520,24 @@ impl Shared {
     /// Hands a won run to the pool.
     fn start_run(self: &Arc<Self>, won: Won) {
         self.count(|c| Counters::bump(&c.claims_won));
-        let shared = self.clone();
-        if let Err(err) = self.handle.execute(move || shared.run(won)) {
-            // The pool is shutting down: the run is claimed, so nobody else will run it.
-            self.count(|c| c.skipped(SkipReason::Shutdown, 1));
-            self.report(ClusterError::RunSkipped {
-                job: self.spec.job.to_string(),
-                run: u64::try_from(won.run).unwrap_or(0),
-                planned_at: system_time(self.planned(won.grid, won.run)),
-                reason: SkipReason::Shutdown,
-            });
-            debug_assert!(matches!(
-                err,
-                ScheduleError::Shutdown | ScheduleError::Saturated { .. }
-            ));
-            self.end(Err(TaskError::Shutdown));
-            self.handled(won, false);
-        }
+        let task = RunTask(Some((self.clone(), won)));
+        // Refused, the closure is dropped here; dropped unrun by a `shutdown_now` later, in
+        // the pool: either way `RunTask::drop` reports the run and gives up its lease.
+        let _ = self.handle.execute(move || task.run());
+    }
+
+    /// A claimed run that will not run (its pool is shutting down): reported, and its lease
+    /// released. The run is claimed, so no other node runs it.
+    fn abandon(self: &Arc<Self>, won: Won) {
+        self.count(|c| c.skipped(SkipReason::Shutdown, 1));
+        self.report(ClusterError::RunSkipped {
+            job: self.spec.job.to_string(),
+            run: u64::try_from(won.run).unwrap_or(0),
+            planned_at: system_time(self.planned(won.grid, won.run)),
+            reason: SkipReason::Shutdown,
+        });
+        self.end(Err(TaskError::Shutdown));
+        self.handled(won, false);
     }
 
     /// Runs the body for a won claim (on a pool worker), then releases the lease.
@@ -563,31 +586,36 @@ impl Shared {
     fn handled(self: &Arc<Self>, won: Won, ran: bool) {
         self.chain.lock().known = won.claim;
         let shared = self.clone();
-        self.store.spawn(async move {
-            match shared
-                .store
-                .lease(&shared.spec.job, won.claim, &shared.spec.owner, None)
-                .await
-            {
-                Ok(LeaseState::Expired { taken_over }) if ran => {
-                    shared.count(|c| Counters::bump(&c.leases_expired));
-                    shared.report(ClusterError::LeaseExpired {
-                        job: shared.spec.job.to_string(),
-                        run: u64::try_from(won.run).unwrap_or(0),
-                        lease: shared.spec.lease,
-                        taken_over,
-                    });
-                }
-                Ok(_) => {}
-                Err(err) => shared.report(err),
-            }
-            if won.more {
-                shared.plan(Duration::ZERO);
-            } else {
-                let next = shared.planned(won.grid, won.run.max(won.due) + 1);
-                shared.plan(shared.until(next));
-            }
+        self.store.release(ReleaseRequest {
+            job: self.spec.job.clone(),
+            claim: won.claim,
+            owner: self.spec.owner.clone(),
+            reply: Box::new(move |released| shared.released(won, ran, released)),
         });
+    }
+
+    /// The store's answer to a release (on the store's thread): report an expired lease or a
+    /// failure, and plan the next wake-up.
+    fn released(&self, won: Won, ran: bool, released: Result<LeaseState, ClusterError>) {
+        match released {
+            Ok(LeaseState::Expired { taken_over }) if ran => {
+                self.count(|c| Counters::bump(&c.leases_expired));
+                self.report(ClusterError::LeaseExpired {
+                    job: self.spec.job.to_string(),
+                    run: u64::try_from(won.run).unwrap_or(0),
+                    lease: self.spec.lease,
+                    taken_over,
+                });
+            }
+            Ok(_) => {}
+            Err(err) => self.report(err),
+        }
+        if won.more {
+            self.plan(Duration::ZERO);
+        } else {
+            let next = self.planned(won.grid, won.run.max(won.due) + 1);
+            self.plan(self.until(next));
+        }
     }
 
     /// Extends `won`'s lease (see [`ClusterRun::keep_alive`]).
@@ -595,7 +623,7 @@ impl Shared {
         let lease_us = i64::try_from(self.spec.lease.as_micros()).unwrap_or(i64::MAX);
         let state = self
             .store
-            .lease(&self.spec.job, won.claim, &self.spec.owner, Some(lease_us))
+            .renew(&self.spec.job, won.claim, &self.spec.owner, lease_us)
             .await?;
         match state {
             LeaseState::Held => Ok(()),
