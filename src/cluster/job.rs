@@ -145,14 +145,19 @@ impl ClusterJob {
     /// the nodes that schedule the job, the first to claim run `k` runs `f` for it; no other
     /// node runs run `k`. See the [module docs](super) for the whole rule.
     ///
-    /// The first claim is tried at once. `f` runs on a pool worker, and so do the store calls
-    /// around it (they block that worker for a round trip to the database).
+    /// This call registers the job with the store (one bounded call: it blocks for at most
+    /// the store's call timeout) and plans the first claim at once. Claims, releases and lease
+    /// renewals are sent by the store's own thread; `f` runs on a pool worker.
     ///
     /// # Errors
     ///
-    /// [`ClusterError::InvalidJob`] for a period under 1 ms, a lease under 1 ms, an offset not
-    /// under the period, or a bad name; [`ClusterError::Schedule`] if the pool refuses the
-    /// first wake-up (it is shut down, or full).
+    /// [`ClusterError::InvalidJob`] for a period outside 1 ms ..= 100 years or an offset not
+    /// under the period; [`ClusterError::ConfigMismatch`] if the store holds the job with
+    /// another period or offset (and the job was not built to
+    /// [`take_over`](ClusterJobBuilder::take_over)); [`ClusterError::Store`] if the store
+    /// answered the registration with an error; [`ClusterError::Schedule`] if the pool
+    /// refuses the first wake-up (it is shut down, or full). A store that cannot be reached
+    /// is no error here: the node registers when it can, and reports each failed try.
     ///
     /// # Examples
     ///

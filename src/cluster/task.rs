@@ -485,14 +485,18 @@ impl Shared {
         }
     }
 
-    /// A failed store call: report it, and the wait before the chain tries again.
+    /// A failed store call: report it, and the wait before the chain tries again. In a long
+    /// streak (the database down for minutes) the first three failures are reported, then
+    /// the 4th, 8th, 16th, ...: every failure is counted in the stats.
     fn failed(&self, err: ClusterError) -> Duration {
         let errors = {
             let mut chain = self.chain.lock();
             chain.errors += 1;
             chain.errors
         };
-        self.report(err);
+        if errors <= 3 || errors.is_power_of_two() {
+            self.report(err);
+        }
         retry_after(MIN_RETRY, errors)
     }
 
