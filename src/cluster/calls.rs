@@ -41,8 +41,10 @@ use tokio_postgres::{Client, Config, NoTls, Row};
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 /// Longest wait between connect attempts: how late a node notices that the server is back.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
-/// Most claims in one statement.
-const MAX_BATCH: usize = 1_000;
+/// Most claims (or releases) in one statement: large enough that a thousand jobs due at once
+/// take a few round trips, small enough that the batches run on several connections, so on
+/// several server cores, and the first runs start before the last claims are decided.
+const MAX_BATCH: usize = 250;
 /// Bound on the cancel request sent for a statement that ran out of time.
 const CANCEL_TIMEOUT: Duration = Duration::from_secs(1);
 
