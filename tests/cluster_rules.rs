@@ -576,3 +576,58 @@ fn a_triggered_run_runs_once_across_nodes() {
     d.cancel();
     stop(nodes);
 }
+
+#[test]
+fn a_claim_whose_answer_was_lost_is_handed_back_to_its_node_only() {
+    let server = PgServer::start();
+    let url = server.url();
+    let runs: Runs = Arc::default();
+    let period = Duration::from_millis(200);
+    let a = node(&url, "a", "lost", period, &runs);
+    assert!(wait_until(LONG, || runs.lock().unwrap().len() >= 2));
+    // What the database holds after node a's claim committed but its answer never came back:
+    // one more claim by a's chain, for the next run, with a lease (as if the connection had
+    // dropped on the way back).
+    let lost: u64 = psql(
+        &server,
+        "UPDATE wheelpool_jobs SET claim_id = claim_id + 1, last_run = last_run + 1, \
+         locked_until = now() + interval '30 seconds' WHERE name = 'lost' RETURNING last_run",
+    )
+    .lines()
+    .next()
+    .unwrap()
+    .parse()
+    .unwrap();
+    // A second node must not run it (the lease is a's), and a's next claim gets it back.
+    let b = node(&url, "b", "lost", period, &runs);
+    assert!(
+        wait_until(LONG, || runs.lock().unwrap().iter().any(|r| r.run == lost)),
+        "run {lost} was handed back"
+    );
+    assert!(wait_until(LONG, || runs
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|r| r.run > lost + 2)));
+    let errors: Vec<ClusterError> = [&a, &b]
+        .iter()
+        .flat_map(|n| n.errors.lock().unwrap().clone())
+        .collect();
+    stop(vec![a, b]);
+    let runs = runs.lock().unwrap().clone();
+    assert_eq!(doubles(&runs), vec![]);
+    let handed_back: Vec<&Ran> = runs.iter().filter(|r| r.run == lost).collect();
+    assert_eq!(handed_back.len(), 1);
+    assert_eq!(
+        handed_back[0].node, "a",
+        "only the node that made the claim runs it"
+    );
+    // Nothing between the first run and the last was lost or reported.
+    let mut numbers: Vec<u64> = runs.iter().map(|r| r.run).collect();
+    numbers.sort_unstable();
+    assert_eq!(
+        numbers,
+        (numbers[0]..numbers[0] + numbers.len() as u64).collect::<Vec<_>>()
+    );
+    assert!(errors.is_empty(), "{errors:?}");
+}
