@@ -22,12 +22,14 @@
 //! - The runtime never runs user code: answers go to the job chains, which hand anything of
 //!   the user's (a body, an error handler) to the pool.
 
+use super::batch::{
+    answer, answer_each, lease_state, ClaimRequest, LeaseState, Queue, ReleaseRequest,
+};
 use super::error::{StoreError, StoreErrorKind};
 use super::sql;
 use super::stats::Counters;
 use super::ClusterError;
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, Weak};
-use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::sync::mpsc;
@@ -41,87 +43,8 @@ use tokio_postgres::{Client, Config, NoTls, Row};
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 /// Longest wait between connect attempts: how late a node notices that the server is back.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
-/// Most claims (or releases) in one statement: large enough that a thousand jobs due at once
-/// take a few round trips, small enough that the batches run on several connections, so on
-/// several server cores, and the first runs start before the last claims are decided.
-const MAX_BATCH: usize = 250;
 /// Bound on the cancel request sent for a statement that ran out of time.
 const CANCEL_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// What a node's job chain hands the store for a claim, and where the answer goes.
-pub(super) struct ClaimRequest {
-    pub(super) job: Arc<str>,
-    pub(super) period_ns: i64,
-    pub(super) offset_ns: i64,
-    pub(super) owner: Arc<str>,
-    pub(super) node: Arc<str>,
-    pub(super) lease_us: i64,
-    pub(super) grace_ns: i64,
-    /// The last claim this owner handled (ran, or gave up).
-    pub(super) known: i64,
-    pub(super) reply: Box<dyn FnOnce(Result<ClaimAnswer, ClusterError>) + Send>,
-}
-
-/// A lease to end now, and where the answer goes.
-pub(super) struct ReleaseRequest {
-    pub(super) job: Arc<str>,
-    pub(super) claim: i64,
-    pub(super) owner: Arc<str>,
-    pub(super) reply: Box<dyn FnOnce(Result<LeaseState, ClusterError>) + Send>,
-}
-
-/// The store's answer to one claim; see [`sql::CLAIM`] for the outcomes.
-#[derive(Debug, Clone)]
-pub(super) struct ClaimAnswer {
-    pub(super) outcome: Outcome,
-    /// The row's last run before the claim, the run the claim looked at, and the last run
-    /// due by the store's clock (meaningless for `Missing` and `Busy`).
-    pub(super) last_run: i64,
-    pub(super) k: i64,
-    pub(super) due: i64,
-    /// The stored grid.
-    pub(super) grid: (i64, i64),
-    pub(super) until_ns: i64,
-    /// Another run (or trigger) was already due when this claim was made.
-    pub(super) more: bool,
-    /// The store's clock as the answer left it, and when the answer came.
-    pub(super) store_ns: i64,
-    pub(super) received: Instant,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Outcome {
-    Missing,
-    Busy,
-    Mismatch,
-    /// A claim of this owner that it never ran: `run`, `claim`, and whether it is a trigger.
-    Redeliver {
-        run: i64,
-        claim: i64,
-        trigger: bool,
-    },
-    Leased,
-    Paused,
-    Won {
-        run: i64,
-        claim: i64,
-    },
-    Triggered {
-        run: i64,
-        claim: i64,
-    },
-    Taken,
-    Idle,
-}
-
-/// How a release or renewal ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum LeaseState {
-    /// The lease was held, and is now ended (release) or extended (renew).
-    Held,
-    /// It had run out; `taken_over` if the row holds a later claim.
-    Expired { taken_over: bool },
-}
 
 /// A job scheduled on this node, woken at once by a local [`PgLockStore::trigger`].
 pub(super) trait LocalJob: Send + Sync {
@@ -159,75 +82,6 @@ struct SlotConn {
     failures: u32,
     retry_at: Option<Instant>,
     last_error: String,
-}
-
-/// Requests waiting for a batch, and how many tasks are sending batches of them.
-struct Queue<T> {
-    items: VecDeque<T>,
-    senders: usize,
-}
-
-impl<T> Default for Queue<T> {
-    fn default() -> Self {
-        Self {
-            items: VecDeque::new(),
-            senders: 0,
-        }
-    }
-}
-
-/// A request that belongs to one job.
-trait ForJob {
-    fn job(&self) -> &str;
-}
-
-impl<T: ForJob> Queue<T> {
-    /// Queues `item`; true if the caller must start a sender (fewer than `max` run).
-    fn push(&mut self, item: T, max: usize) -> bool {
-        self.items.push_back(item);
-        let start = self.senders < max;
-        self.senders += usize::from(start);
-        start
-    }
-
-    /// The next batch: up to [`MAX_BATCH`] requests in queue order, never two for one job
-    /// (one statement updates a row once), the rest left for the next batch. `None`, and one
-    /// sender fewer, once the queue is empty.
-    fn take(&mut self) -> Option<Vec<T>> {
-        if self.items.is_empty() {
-            self.senders -= 1;
-            return None;
-        }
-        let mut names = HashSet::new();
-        let mut batch = Vec::new();
-        let mut later = VecDeque::new();
-        while let Some(item) = self.items.pop_front() {
-            if batch.len() == MAX_BATCH {
-                self.items.push_front(item);
-                break;
-            }
-            if names.insert(item.job().to_owned()) {
-                batch.push(item);
-            } else {
-                later.push_back(item);
-            }
-        }
-        later.append(&mut self.items);
-        self.items = later;
-        Some(batch)
-    }
-}
-
-impl ForJob for ClaimRequest {
-    fn job(&self) -> &str {
-        &self.job
-    }
-}
-
-impl ForJob for ReleaseRequest {
-    fn job(&self) -> &str {
-        &self.job
-    }
 }
 
 impl StoreCore {
@@ -615,87 +469,6 @@ fn close(conn: &mut SlotConn) {
 fn backoff(failures: u32) -> Duration {
     let doublings = failures.saturating_sub(1).min(16);
     MIN_BACKOFF.saturating_mul(1 << doublings).min(MAX_BACKOFF)
-}
-
-/// Hands each request of a batch its row of `result` (rows carry the request's 1-based
-/// position first), or the batch's error.
-fn answer_each<A, R>(
-    result: Result<Vec<Row>, ClusterError>,
-    replies: impl Iterator<Item = Box<dyn FnOnce(Result<A, ClusterError>) + Send>>,
-    read: R,
-) where
-    R: Fn(&Row) -> A,
-{
-    match result {
-        Ok(rows) => {
-            let mut by_position: HashMap<i64, A> = rows
-                .iter()
-                .map(|row| (row.get::<_, i64>(0), read(row)))
-                .collect();
-            for (i, reply) in (1..).zip(replies) {
-                reply(
-                    by_position
-                        .remove(&i)
-                        .ok_or_else(|| ClusterError::Store(StoreError::unanswered("batch"))),
-                );
-            }
-        }
-        Err(err) => replies.for_each(|reply| reply(Err(err.clone()))),
-    }
-}
-
-/// Reads one row of [`sql::RELEASE`].
-fn lease_state(row: &Row) -> LeaseState {
-    let held: bool = row.get(1);
-    let ours: bool = row.get(2);
-    if held {
-        LeaseState::Held
-    } else {
-        LeaseState::Expired { taken_over: !ours }
-    }
-}
-
-/// Reads one row of [`sql::CLAIM`].
-fn answer(row: &Row, received: Instant) -> ClaimAnswer {
-    let outcome: &str = row.get(1);
-    let int = |i| row.get::<_, Option<i64>>(i).unwrap_or(0);
-    let (new_last, new_claim) = (int(8), int(9));
-    let trigger = row.get::<_, Option<bool>>(10).unwrap_or(false);
-    let outcome = match outcome {
-        "missing" => Outcome::Missing,
-        "busy" => Outcome::Busy,
-        "mismatch" => Outcome::Mismatch,
-        "redeliver" => Outcome::Redeliver {
-            run: new_last,
-            claim: new_claim,
-            trigger,
-        },
-        "leased" => Outcome::Leased,
-        "paused" => Outcome::Paused,
-        "won" => Outcome::Won {
-            run: new_last,
-            claim: new_claim,
-        },
-        "triggered" => Outcome::Triggered {
-            run: new_last,
-            claim: new_claim,
-        },
-        "taken" => Outcome::Taken,
-        _ => Outcome::Idle,
-    };
-    let (last_run, k, due) = (int(4), int(5), int(6));
-    let trigger_left: bool = row.get(11);
-    ClaimAnswer {
-        outcome,
-        last_run,
-        k,
-        due,
-        grid: (int(2), int(3)),
-        until_ns: int(7),
-        more: trigger_left || matches!(outcome, Outcome::Won { run, .. } if run < due),
-        store_ns: row.get(12),
-        received,
-    }
 }
 
 impl fmt::Debug for StoreCore {

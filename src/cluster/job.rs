@@ -1,7 +1,9 @@
 //! `ClusterJob` and its builder: a job's cluster-wide name, lease and error handler.
 
+use super::handle::ClusterTask;
 use super::pg::PgLockStore;
-use super::task::{ClusterRun, ClusterTask, ErrorHandler, Shared, Spec};
+use super::run::ClusterRun;
+use super::task::{ErrorHandler, Shared, Spec};
 use super::ClusterError;
 use crate::sync::Arc;
 use crate::Handle;
@@ -195,13 +197,14 @@ impl ClusterJob {
         F: FnMut(&ClusterRun<'_>) + Send + 'static,
     {
         let spec = self.spec(period)?;
-        Shared::start(
+        let shared = Shared::start(
             spec,
             self.store.core().clone(),
             handle,
             self.on_error.clone(),
             Box::new(f),
-        )
+        )?;
+        Ok(ClusterTask::new(shared))
     }
 
     fn spec(&self, period: Duration) -> Result<Spec, ClusterError> {

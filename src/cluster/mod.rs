@@ -108,19 +108,24 @@
 //! (or uses `DATABASE_URL`) and three nodes, and prints which node ran each period;
 //! `cargo run --example cluster_jobs_table --features postgres` prints the job table.
 
+mod batch;
 mod calls;
 mod error;
+mod handle;
 mod job;
 mod pg;
+mod report;
+mod run;
 mod sql;
 mod stats;
 mod task;
 
 pub use error::{ClusterError, SkipReason, StoreError, StoreErrorKind};
+pub use handle::ClusterTask;
 pub use job::{ClusterJob, ClusterJobBuilder};
 pub use pg::{JobInfo, PgLockStore, PgLockStoreBuilder};
+pub use run::ClusterRun;
 pub use stats::ClusterStats;
-pub use task::{ClusterRun, ClusterTask};
 
 /// Which public types of this module cross threads, decided on purpose and checked at compile
 /// time.

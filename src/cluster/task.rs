@@ -1,5 +1,6 @@
 //! One node's side of a cluster job: a chain of one-shot wake-ups on the pool, each planned
-//! from the store's clock, and the `ClusterTask` handle that ends it.
+//! from the store's clock. Its handle is `ClusterTask` (`handle.rs`), what a run sees is
+//! [`ClusterRun`] (`run.rs`).
 //!
 //! Ground rules:
 //! - The chain is strictly sequential: a wake-up (on a pool worker) hands a claim to the store
@@ -15,17 +16,16 @@
 //! - `Chain` (the last claim handled, the clock reading, error streaks) is touched by one
 //!   step of the chain at a time; its lock is never held across anything else.
 
-use super::calls::{
-    ClaimAnswer, ClaimRequest, LeaseState, LocalJob, Outcome, ReleaseRequest, StoreCore,
-};
+use super::batch::{ClaimAnswer, ClaimRequest, LeaseState, Outcome, ReleaseRequest};
+use super::calls::{LocalJob, StoreCore};
 use super::error::{ClusterError, SkipReason, StoreError};
 use super::pg::system_time;
-use super::stats::{ClusterStats, Counters};
+use super::run::{ClusterRun, Won};
+use super::stats::Counters;
 use crate::sync::{Arc, AtomicBool, Condvar, Mutex, Ordering, Weak};
 use crate::{Handle, ScheduleError, ScheduledFuture, TaskError};
-use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 /// Wake this long after a run's planned time (by the estimate of the store's clock). The
 /// estimate errs late, by the time the answer took to come back, so this only covers rounding.
@@ -36,7 +36,7 @@ const MARGIN: Duration = Duration::from_millis(1);
 const RESYNC: Duration = Duration::from_secs(60);
 
 /// First retry after a failed claim; doubles up to [`MAX_RETRY`].
-const MIN_RETRY: Duration = Duration::from_millis(20);
+pub(super) const MIN_RETRY: Duration = Duration::from_millis(20);
 const MAX_RETRY: Duration = Duration::from_secs(2);
 
 /// Retry after finding the job's row locked; doubles up to [`MAX_RETRY`].
@@ -74,150 +74,30 @@ fn nanos(d: Duration) -> i64 {
     i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
 }
 
-/// The run a job body is called for: its number (the same on every node), job, node, and
-/// when it was planned; and a way to keep its lease alive.
-///
-/// # Examples
-///
-/// See [`ClusterJob`](super::ClusterJob) and the `cluster_job` example.
-#[derive(Clone, Copy)]
-pub struct ClusterRun<'a> {
-    shared: &'a Shared,
-    run: Won,
-}
-
-/// A claim this node won.
-#[derive(Debug, Clone, Copy)]
-struct Won {
-    run: i64,
-    claim: i64,
-    trigger: bool,
-    /// The grid the run was planned on (the store's).
-    grid: (i64, i64),
-    /// Another run was due when it was claimed.
-    more: bool,
-    /// The last run due at the claim.
-    due: i64,
-}
-
-impl ClusterRun<'_> {
-    /// The run number, the same on every node: run `k` is planned at `offset + k * period`
-    /// after the Unix epoch. A triggered run carries the number of the last planned run
-    /// before it.
-    pub fn number(&self) -> u64 {
-        u64::try_from(self.run.run).unwrap_or(0)
-    }
-
-    /// The job's cluster-wide name.
-    pub fn job(&self) -> &str {
-        &self.shared.spec.job
-    }
-
-    /// The label of the node running it ([`ClusterJobBuilder::node`](super::ClusterJobBuilder::node)).
-    pub fn node(&self) -> &str {
-        &self.shared.spec.node
-    }
-
-    /// True if this run was asked for with [`PgLockStore::trigger`](super::PgLockStore::trigger)
-    /// rather than planned.
-    pub fn is_triggered(&self) -> bool {
-        self.run.trigger
-    }
-
-    /// When this run was planned, on the store's clock, exactly (`offset + k * period`).
-    pub fn planned_at(&self) -> SystemTime {
-        let (period, offset) = self.run.grid;
-        system_time(i128::from(offset) + i128::from(self.run.run) * i128::from(period))
-    }
-
-    /// Extends this run's lease to a full `at_most_for` from now, so a long run keeps the job
-    /// (ShedLock's "extend lock"). Blocks for one bounded call to the store.
-    ///
-    /// # Errors
-    ///
-    /// [`ClusterError::LeaseExpired`] if the lease had already run out (another node may
-    /// have started a later run); [`ClusterError::Unavailable`] or [`ClusterError::Store`] if
-    /// the call failed (the lease then ends when it runs out).
-    pub fn keep_alive(&self) -> Result<(), ClusterError> {
-        let shared = self.shared.arc();
-        let won = self.run;
-        self.shared
-            .store
-            .block(async move { shared.renew(won).await })
-    }
-}
-
-impl fmt::Debug for ClusterRun<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClusterRun")
-            .field("job", &self.job())
-            .field("node", &self.node())
-            .field("number", &self.run.run)
-            .field("triggered", &self.run.trigger)
-            .finish()
-    }
-}
-
-/// A node's handle on a scheduled cluster job: cancel it, wait for it to end, read its
-/// counters.
-///
-/// Dropping it detaches (the job goes on until the pool shuts down), like dropping a
-/// [`ScheduledFuture`].
-///
-/// # Examples
-///
-/// The pool shutting down ends it; so does [`cancel`](Self::cancel):
-///
-/// ```
-/// use std::sync::Arc;
-/// use std::time::Duration;
-/// use wheelpool::cluster::{ClusterJob, PgLockStore};
-/// use wheelpool::{ScheduledThreadPool, TaskError};
-///
-/// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
-/// let store = Arc::new(PgLockStore::connect_lazy("host=127.0.0.1 port=1").unwrap());
-/// let job = ClusterJob::builder("sweep", store).on_error(|_| {}).build().unwrap();
-/// let period = Duration::from_secs(3600);
-/// let a = job.schedule_at_fixed_rate(&pool.handle(), |_| {}, period).unwrap();
-/// let b = job.schedule_at_fixed_rate(&pool.handle(), |_| {}, period).unwrap();
-/// assert!(!a.is_done());
-/// assert_eq!(a.join_timeout(Duration::from_millis(10)), None);
-/// assert!(a.cancel());
-/// assert!(!a.cancel()); // already ended
-/// assert_eq!(a.join(), Err(TaskError::Cancelled));
-///
-/// drop(pool);
-/// assert_eq!(b.join_timeout(Duration::from_secs(30)), Some(Err(TaskError::Shutdown)));
-/// assert!(b.is_done());
-/// ```
-pub struct ClusterTask {
-    shared: Arc<Shared>,
-}
-
 pub(super) struct Shared {
-    spec: Spec,
-    store: Arc<StoreCore>,
-    handle: Handle,
-    on_error: Option<ErrorHandler>,
+    pub(super) spec: Spec,
+    pub(super) store: Arc<StoreCore>,
+    pub(super) handle: Handle,
+    pub(super) on_error: Option<ErrorHandler>,
     body: Mutex<Body>,
-    state: Mutex<State>,
-    ended: Condvar,
-    chain: Mutex<Chain>,
+    pub(super) state: Mutex<State>,
+    pub(super) ended: Condvar,
+    pub(super) chain: Mutex<Chain>,
     /// A trigger on this node's store asked for a claim now (see `LocalJob::wake_now`).
     poked: AtomicBool,
-    stats: Counters,
+    pub(super) stats: Counters,
     me: Weak<Shared>,
 }
 
 #[derive(Default)]
-struct State {
-    end: Option<Result<(), TaskError>>,
-    next: Option<ScheduledFuture<()>>,
+pub(super) struct State {
+    pub(super) end: Option<Result<(), TaskError>>,
+    pub(super) next: Option<ScheduledFuture<()>>,
 }
 
 /// What the chain remembers between its steps.
 #[derive(Default)]
-struct Chain {
+pub(super) struct Chain {
     /// The row holds the job (registered by this chain, or found there).
     registered: bool,
     /// The last claim this chain handled: ran, or gave up.
@@ -225,7 +105,7 @@ struct Chain {
     /// The last reading of the store's clock (ns since the epoch), and when it arrived.
     sync: Option<(Instant, i64)>,
     /// Failed claims in a row, and busy rows in a row.
-    errors: u32,
+    pub(super) errors: u32,
     busy: u32,
     /// The stored grid last reported as a mismatch (reported once per change).
     mismatch: Option<(i64, i64)>,
@@ -280,7 +160,7 @@ impl Shared {
         handle: &Handle,
         on_error: Option<ErrorHandler>,
         body: Body,
-    ) -> Result<ClusterTask, ClusterError> {
+    ) -> Result<Arc<Shared>, ClusterError> {
         let shared = Arc::new_cyclic(|me| Shared {
             spec,
             store: store.clone(),
@@ -312,10 +192,10 @@ impl Shared {
         };
         drop(state);
         drop(stale);
-        Ok(ClusterTask { shared })
+        Ok(shared)
     }
 
-    fn arc(&self) -> Arc<Shared> {
+    pub(super) fn arc(&self) -> Arc<Shared> {
         self.me.upgrade().expect("a run holds its chain")
     }
 
@@ -485,42 +365,6 @@ impl Shared {
         }
     }
 
-    /// A failed store call: report it, and the wait before the chain tries again. In a long
-    /// streak (the database down for minutes) the first three failures are reported, then
-    /// the 4th, 8th, 16th, ...: every failure is counted in the stats.
-    fn failed(&self, err: ClusterError) -> Duration {
-        let errors = {
-            let mut chain = self.chain.lock();
-            chain.errors += 1;
-            chain.errors
-        };
-        if errors <= 3 || errors.is_power_of_two() {
-            self.report(err);
-        }
-        retry_after(MIN_RETRY, errors)
-    }
-
-    /// Reports runs `from..=to` as skipped for `reason` (nothing if the range is empty).
-    fn skipped(&self, a: &ClaimAnswer, from: i64, to: i64, reason: SkipReason) {
-        if from > to {
-            return;
-        }
-        let runs = u64::try_from(to - from + 1).unwrap_or(u64::MAX);
-        self.count(|c| c.skipped(reason, runs));
-        // A long outage may skip thousands of runs: each is reported, but a bounded number
-        // one by one, then the rest as one event for the last of them.
-        const ONE_BY_ONE: i64 = 100;
-        let last_single = to.min(from + ONE_BY_ONE - 1);
-        for run in (from..=last_single).chain((last_single < to).then_some(to)) {
-            self.report(ClusterError::RunSkipped {
-                job: self.spec.job.to_string(),
-                run: u64::try_from(run).unwrap_or(0),
-                planned_at: system_time(self.planned(a.grid, run)),
-                reason,
-            });
-        }
-    }
-
     /// Hands a won run to the pool.
     fn start_run(self: &Arc<Self>, won: Won) {
         self.count(|c| Counters::bump(&c.claims_won));
@@ -564,9 +408,15 @@ impl Shared {
         });
         let outcome = {
             let mut body = self.body.lock();
+            let renew = || {
+                let shared = self.arc();
+                self.store.block(async move { shared.renew(won).await })
+            };
             let info = ClusterRun {
-                shared: &self,
+                job: &self.spec.job,
+                node: &self.spec.node,
                 run: won,
+                renew: &renew,
             };
             panic::catch_unwind(AssertUnwindSafe(|| (*body)(&info)))
         };
@@ -623,7 +473,7 @@ impl Shared {
     }
 
     /// Extends `won`'s lease (see [`ClusterRun::keep_alive`]).
-    async fn renew(&self, won: Won) -> Result<(), ClusterError> {
+    pub(super) async fn renew(&self, won: Won) -> Result<(), ClusterError> {
         let lease_us = i64::try_from(self.spec.lease.as_micros()).unwrap_or(i64::MAX);
         let state = self
             .store
@@ -644,7 +494,7 @@ impl Shared {
     }
 
     /// When run `k` of `grid` is planned (ns since the epoch).
-    fn planned(&self, grid: (i64, i64), k: i64) -> i128 {
+    pub(super) fn planned(&self, grid: (i64, i64), k: i64) -> i128 {
         i128::from(grid.1) + i128::from(k) * i128::from(grid.0)
     }
 
@@ -701,58 +551,10 @@ impl Shared {
         self.ended.notify_all();
         true
     }
-
-    /// Counts on this job and on the node's store alike.
-    fn count(&self, f: impl Fn(&Counters)) {
-        f(&self.stats);
-        f(&self.store.stats);
-    }
-
-    /// Hands `err` to the job's handler on the pool, or, without one, to the pool's panic
-    /// handler as the panic of a separate one-shot task (the job itself goes on). If the pool
-    /// refuses (it is shutting down), the handler runs here, or the message goes to stderr.
-    fn report(&self, err: ClusterError) {
-        match &self.on_error {
-            Some(handler) => {
-                let h = handler.clone();
-                let err2 = err.clone();
-                let call = move || {
-                    // A panicking handler must not stop the job; its payload is dropped here.
-                    let _ = panic::catch_unwind(AssertUnwindSafe(|| h(err2)));
-                };
-                if self.handle.execute(call).is_err() {
-                    // The pool is shutting down; the store's thread must not run user code.
-                    let h = handler.clone();
-                    let spawned = std::thread::Builder::new()
-                        .name("wheelpool-pg-report".into())
-                        .spawn(move || {
-                            let _ = panic::catch_unwind(AssertUnwindSafe(|| h(err)));
-                        });
-                    if let Err(e) = spawned {
-                        eprintln!("wheelpool cluster: cannot report an error: {e}");
-                    }
-                }
-            }
-            None => {
-                let message = format!(
-                    "wheelpool cluster job `{}` on node `{}`: {err}",
-                    self.spec.job, self.spec.node
-                );
-                let relay = message.clone();
-                if self
-                    .handle
-                    .execute(move || panic::panic_any(relay))
-                    .is_err()
-                {
-                    eprintln!("{message}");
-                }
-            }
-        }
-    }
 }
 
 /// `first`, doubled for each failure after the first, at most [`MAX_RETRY`].
-fn retry_after(first: Duration, failures: u32) -> Duration {
+pub(super) fn retry_after(first: Duration, failures: u32) -> Duration {
     let doublings = failures.saturating_sub(1).min(16);
     first.saturating_mul(1 << doublings).min(MAX_RETRY)
 }
@@ -770,81 +572,5 @@ impl LocalJob for Shared {
         if let Some(next) = next {
             next.reset(Duration::ZERO);
         }
-    }
-}
-
-impl ClusterTask {
-    /// Stops this node's part of the job: no later wake-up runs. A run in progress finishes
-    /// (and releases its lease), and so may one whose wake-up a worker had just taken.
-    /// Returns true if this call stopped it, false if it had already ended. Other nodes go on
-    /// running the job.
-    pub fn cancel(&self) -> bool {
-        let next = {
-            let mut state = self.shared.state.lock();
-            if state.end.is_some() {
-                return false;
-            }
-            state.end = Some(Err(TaskError::Cancelled));
-            self.shared.ended.notify_all();
-            state.next.take()
-        };
-        // Outside the lock: cancelling drops the wake-up, whose `Drop` takes the lock.
-        if let Some(next) = next {
-            next.cancel();
-        }
-        true
-    }
-
-    /// True once this node's part of the job has ended (cancel, panic, or pool shutdown).
-    pub fn is_done(&self) -> bool {
-        self.shared.state.lock().end.is_some()
-    }
-
-    /// This job's counters on this node (claims won, found taken, skipped by reason, failed
-    /// calls, claim latency).
-    pub fn stats(&self) -> ClusterStats {
-        self.shared.stats.snapshot()
-    }
-
-    /// Blocks until this node's part of the job ends: `Cancelled` after [`cancel`](Self::cancel),
-    /// `Panicked` after a run panicked (unless the job survives panics), `Shutdown` when the
-    /// pool shut down. Do not call it from a task of the same pool.
-    pub fn join(&self) -> Result<(), TaskError> {
-        let mut state = self.shared.state.lock();
-        loop {
-            if let Some(end) = &state.end {
-                return end.clone();
-            }
-            self.shared.ended.wait(&mut state);
-        }
-    }
-
-    /// [`join`](Self::join) for at most `timeout`: `None` if it has not ended by then.
-    pub fn join_timeout(&self, timeout: Duration) -> Option<Result<(), TaskError>> {
-        let deadline = Instant::now() + timeout;
-        let mut state = self.shared.state.lock();
-        loop {
-            if let Some(end) = &state.end {
-                return Some(end.clone());
-            }
-            if self
-                .shared
-                .ended
-                .wait_until(&mut state, deadline)
-                .timed_out()
-            {
-                return state.end.clone();
-            }
-        }
-    }
-}
-
-impl fmt::Debug for ClusterTask {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ClusterTask")
-            .field("job", &self.shared.spec.job)
-            .field("node", &self.shared.spec.node)
-            .field("done", &self.is_done())
-            .finish()
     }
 }
