@@ -23,7 +23,7 @@ pub(super) struct ClaimRequest {
     pub(super) grace_ns: i64,
     /// The last claim this owner handled (ran, or gave up).
     pub(super) known: i64,
-    pub(super) reply: Box<dyn FnOnce(Result<ClaimAnswer, ClusterError>) + Send>,
+    pub(super) reply: Reply<ClaimAnswer>,
 }
 
 /// A lease to end now, and where the answer goes.
@@ -31,7 +31,7 @@ pub(super) struct ReleaseRequest {
     pub(super) job: Arc<str>,
     pub(super) claim: i64,
     pub(super) owner: Arc<str>,
-    pub(super) reply: Box<dyn FnOnce(Result<LeaseState, ClusterError>) + Send>,
+    pub(super) reply: Reply<LeaseState>,
 }
 
 /// The store's answer to one claim; see [`CLAIM`](super::sql::CLAIM) for the outcomes.
@@ -156,51 +156,78 @@ impl ForJob for ReleaseRequest {
     }
 }
 
+/// Where the answer to a request goes. Dropped unanswered (a batch task that died), it
+/// answers with an error, so a job chain is never left waiting for an answer that will not
+/// come.
+pub(super) struct Reply<T>(Option<Box<dyn FnOnce(Result<T, ClusterError>) + Send>>);
+
+impl<T> Reply<T> {
+    pub(super) fn new(f: impl FnOnce(Result<T, ClusterError>) + Send + 'static) -> Self {
+        Self(Some(Box::new(f)))
+    }
+
+    pub(super) fn send(mut self, answer: Result<T, ClusterError>) {
+        if let Some(f) = self.0.take() {
+            f(answer);
+        }
+    }
+}
+
+impl<T> Drop for Reply<T> {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f(Err(ClusterError::Store(StoreError::unanswered("batch"))));
+        }
+    }
+}
+
 /// Hands each request of a batch its row of `result` (rows carry the request's 1-based
-/// position first), or the batch's error.
+/// position first), or the batch's error. A row that cannot be read answers its request
+/// with an error; nothing here panics.
 pub(super) fn answer_each<A, R>(
     result: Result<Vec<Row>, ClusterError>,
-    replies: impl Iterator<Item = Box<dyn FnOnce(Result<A, ClusterError>) + Send>>,
+    replies: impl Iterator<Item = Reply<A>>,
     read: R,
 ) where
-    R: Fn(&Row) -> A,
+    R: Fn(&Row) -> Result<A, tokio_postgres::Error>,
 {
     match result {
         Ok(rows) => {
             let mut by_position: HashMap<i64, A> = rows
                 .iter()
-                .map(|row| (row.get::<_, i64>(0), read(row)))
+                .filter_map(|row| Some((row.try_get::<_, i64>(0).ok()?, read(row).ok()?)))
                 .collect();
             for (i, reply) in (1..).zip(replies) {
-                reply(
+                reply.send(
                     by_position
                         .remove(&i)
                         .ok_or_else(|| ClusterError::Store(StoreError::unanswered("batch"))),
                 );
             }
         }
-        Err(err) => replies.for_each(|reply| reply(Err(err.clone()))),
+        Err(err) => replies.for_each(|reply| reply.send(Err(err.clone()))),
     }
 }
 
 /// Reads one row of [`RELEASE`](super::sql::RELEASE).
-pub(super) fn lease_state(row: &Row) -> LeaseState {
-    let held: bool = row.get(1);
-    let ours: bool = row.get(2);
-    if held {
+pub(super) fn lease_state(row: &Row) -> Result<LeaseState, tokio_postgres::Error> {
+    let held: bool = row.try_get(1)?;
+    let ours: bool = row.try_get(2)?;
+    Ok(if held {
         LeaseState::Held
     } else {
         LeaseState::Expired { taken_over: !ours }
-    }
+    })
 }
 
 /// Reads one row of [`CLAIM`](super::sql::CLAIM).
-pub(super) fn answer(row: &Row, received: Instant) -> ClaimAnswer {
-    let outcome: &str = row.get(1);
-    let int = |i| row.get::<_, Option<i64>>(i).unwrap_or(0);
-    let (new_last, new_claim) = (int(8), int(9));
-    let trigger = row.get::<_, Option<bool>>(10).unwrap_or(false);
-    let outcome = match outcome {
+pub(super) fn answer(row: &Row, received: Instant) -> Result<ClaimAnswer, tokio_postgres::Error> {
+    let int = |i| -> Result<i64, tokio_postgres::Error> {
+        Ok(row.try_get::<_, Option<i64>>(i)?.unwrap_or(0))
+    };
+    let (new_last, new_claim) = (int(8)?, int(9)?);
+    let trigger = row.try_get::<_, Option<bool>>(10)?.unwrap_or(false);
+    let outcome = match row.try_get::<_, &str>(1)? {
         "missing" => Outcome::Missing,
         "busy" => Outcome::Busy,
         "mismatch" => Outcome::Mismatch,
@@ -222,17 +249,17 @@ pub(super) fn answer(row: &Row, received: Instant) -> ClaimAnswer {
         "taken" => Outcome::Taken,
         _ => Outcome::Idle,
     };
-    let (last_run, k, due) = (int(4), int(5), int(6));
-    let trigger_left: bool = row.get(11);
-    ClaimAnswer {
+    let (last_run, k, due) = (int(4)?, int(5)?, int(6)?);
+    let trigger_left: bool = row.try_get(11)?;
+    Ok(ClaimAnswer {
         outcome,
         last_run,
         k,
         due,
-        grid: (int(2), int(3)),
-        until_ns: int(7),
+        grid: (int(2)?, int(3)?),
+        until_ns: int(7)?,
         more: trigger_left || matches!(outcome, Outcome::Won { run, .. } if run < due),
-        store_ns: row.get(12),
+        store_ns: row.try_get(12)?,
         received,
-    }
+    })
 }

@@ -58,7 +58,7 @@ pub(super) struct StoreCore {
     connect_timeout: Duration,
     pub(super) call_timeout: Duration,
     runtime: tokio::runtime::Handle,
-    slots: Box<[Slot]>,
+    slots: Box<[Arc<Slot>]>,
     next_slot: AtomicUsize,
     schema_ready: AtomicBool,
     claims: Mutex<Queue<ClaimRequest>>,
@@ -111,9 +111,11 @@ impl StoreCore {
                 ClusterError::InvalidUrl(format!("cannot start the store's thread: {e}"))
             })?;
         let slots = (0..connections)
-            .map(|_| Slot {
-                in_flight: AtomicUsize::new(0),
-                conn: tokio::sync::Mutex::new(SlotConn::default()),
+            .map(|_| {
+                Arc::new(Slot {
+                    in_flight: AtomicUsize::new(0),
+                    conn: tokio::sync::Mutex::new(SlotConn::default()),
+                })
             })
             .collect();
         Ok(Arc::new(Self {
@@ -354,8 +356,7 @@ impl StoreCore {
             self.stats.failed_calls.fetch_add(1, Ordering::Relaxed);
             if err.session_lost() {
                 if let Some(client) = used {
-                    self.drop_connection(slot, &client, err.kind() == StoreErrorKind::Timeout)
-                        .await;
+                    self.drop_connection(slot, client, err.kind() == StoreErrorKind::Timeout);
                 }
             }
             let fresh_try = err.kind() == StoreErrorKind::ConnectionLost && !retried;
@@ -367,7 +368,7 @@ impl StoreCore {
     }
 
     /// The connection with the fewest calls in flight (ties: round robin).
-    fn pick(&self) -> &Slot {
+    fn pick(&self) -> &Arc<Slot> {
         let start = self.next_slot.fetch_add(1, Ordering::Relaxed);
         let n = self.slots.len();
         (0..n)
@@ -442,17 +443,31 @@ impl StoreCore {
     }
 
     /// Drops `client` from `slot` if it is still the slot's connection, closing its socket;
-    /// after a timeout, first asks the server to cancel what it runs.
-    async fn drop_connection(&self, slot: &Slot, client: &Arc<Client>, cancel: bool) {
+    /// after a timeout, first asks the server to cancel what it runs. Never waits: the call
+    /// that failed returns at once, and if a connect holds the slot, a task does it after.
+    fn drop_connection(&self, slot: &Arc<Slot>, client: Arc<Client>, cancel: bool) {
         if cancel {
             let token = client.cancel_token();
             self.runtime.spawn(async move {
                 let _ = tokio::time::timeout(CANCEL_TIMEOUT, token.cancel_query(NoTls)).await;
             });
         }
-        let mut conn = slot.conn.lock().await;
-        if conn.client.as_ref().is_some_and(|c| Arc::ptr_eq(c, client)) {
-            close(&mut conn);
+        let forget = move |conn: &mut SlotConn| {
+            if conn
+                .client
+                .as_ref()
+                .is_some_and(|c| Arc::ptr_eq(c, &client))
+            {
+                close(conn);
+            }
+        };
+        match slot.conn.try_lock() {
+            Ok(mut conn) => forget(&mut conn),
+            Err(_) => {
+                let slot = slot.clone();
+                self.runtime
+                    .spawn(async move { forget(&mut *slot.conn.lock().await) });
+            }
         }
     }
 }

@@ -16,7 +16,7 @@
 //! - `Chain` (the last claim handled, the clock reading, error streaks) is touched by one
 //!   step of the chain at a time; its lock is never held across anything else.
 
-use super::batch::{ClaimAnswer, ClaimRequest, LeaseState, Outcome, ReleaseRequest};
+use super::batch::{ClaimAnswer, ClaimRequest, LeaseState, Outcome, ReleaseRequest, Reply};
 use super::calls::{LocalJob, StoreCore};
 use super::error::{ClusterError, SkipReason, StoreError};
 use super::pg::system_time;
@@ -267,7 +267,7 @@ impl Shared {
             lease_us: i64::try_from(spec.lease.as_micros()).unwrap_or(i64::MAX),
             grace_ns: nanos(spec.grace),
             known,
-            reply: Box::new(move |answer| shared.answered(answer)),
+            reply: Reply::new(move |answer| shared.answered(answer)),
         });
     }
 
@@ -444,7 +444,7 @@ impl Shared {
             job: self.spec.job.clone(),
             claim: won.claim,
             owner: self.spec.owner.clone(),
-            reply: Box::new(move |released| shared.released(won, ran, released)),
+            reply: Reply::new(move |released| shared.released(won, ran, released)),
         });
     }
 
