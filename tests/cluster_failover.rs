@@ -199,10 +199,22 @@ fn a_run_that_outlives_its_lease_is_reported_and_taken_over() {
     // The slow run ends: its release finds the lease gone and another node's claim there.
     finish_tx.send(()).unwrap();
     drop(finish_tx);
-    assert!(wait_until(LONG, || !slow_errors.lock().unwrap().is_empty()));
+    assert!(wait_until(LONG, || slow_errors
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e, ClusterError::LeaseExpired { .. }))));
     assert!(fast.cancel());
     assert!(slow.cancel());
-    let errors = slow_errors.lock().unwrap();
+    // (On a slow machine the first claim may come a period after the job was registered:
+    // that period's run is then reported skipped, before anything else.)
+    let errors: Vec<ClusterError> = slow_errors
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|e| !matches!(e, ClusterError::RunSkipped { run, .. } if *run < held))
+        .cloned()
+        .collect();
     assert_eq!(
         errors[0],
         ClusterError::LeaseExpired {

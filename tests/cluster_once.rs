@@ -247,9 +247,24 @@ fn the_server_failing_mid_run_leaves_the_lease_to_expire_and_the_job_goes_on() {
     server.stop(); // the database goes away while the first run is in progress
     go_tx.send(()).unwrap();
     // The release fails: reported, no panic, and the job goes on (its claims fail too).
-    assert!(wait_until(LONG, || errors.lock().unwrap().len() >= 3));
+    // (On a slow machine the first claim may come a period after the job was registered:
+    // that period's run, before the first run, is then reported skipped, as it should be.)
+    let first = runs.lock().unwrap()[0].0;
+    let outage = |errors: &Errors| -> usize {
+        errors
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| !matches!(e, ClusterError::RunSkipped { run, .. } if *run < first))
+            .count()
+    };
+    assert!(wait_until(LONG, || outage(&errors) >= 3));
     for err in errors.lock().unwrap().iter() {
-        assert!(matches!(err, ClusterError::Unavailable { .. }), "{err}");
+        assert!(
+            matches!(err, ClusterError::Unavailable { .. })
+                || matches!(err, ClusterError::RunSkipped { run, .. } if *run < first),
+            "{err}"
+        );
     }
     assert_eq!(runs.lock().unwrap().len(), 1);
     server.restart();
@@ -269,9 +284,9 @@ fn the_server_failing_mid_run_leaves_the_lease_to_expire_and_the_job_goes_on() {
         .unwrap()
         .iter()
         .filter_map(|e| match e {
-            ClusterError::RunSkipped { run, .. } => Some(*run),
+            ClusterError::RunSkipped { run, .. } if *run > first => Some(*run),
             _ => None,
         })
         .collect();
-    assert_eq!(skipped, (runs[0].0 + 1..runs[1].0).collect::<Vec<_>>());
+    assert_eq!(skipped, (first + 1..runs[1].0).collect::<Vec<_>>());
 }

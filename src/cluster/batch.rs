@@ -159,7 +159,10 @@ impl ForJob for ReleaseRequest {
 /// Where the answer to a request goes. Dropped unanswered (a batch task that died), it
 /// answers with an error, so a job chain is never left waiting for an answer that will not
 /// come.
-pub(super) struct Reply<T>(Option<Box<dyn FnOnce(Result<T, ClusterError>) + Send>>);
+pub(super) struct Reply<T>(Option<Answer<T>>);
+
+/// The callback behind a [`Reply`].
+type Answer<T> = Box<dyn FnOnce(Result<T, ClusterError>) + Send>;
 
 impl<T> Reply<T> {
     pub(super) fn new(f: impl FnOnce(Result<T, ClusterError>) + Send + 'static) -> Self {
