@@ -13,10 +13,14 @@
 #[path = "../tests/pg_common/mod.rs"]
 mod pg_common;
 
+mod common;
+
+use common::clock;
+
 use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 use wheelpool::cluster::{ClusterJob, ClusterTask, PgLockStore};
 use wheelpool::ScheduledThreadPool;
 
@@ -100,17 +104,4 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         runs.len()
     );
     Ok(())
-}
-
-/// `hh:mm:ss.mmm` UTC.
-fn clock(t: SystemTime) -> String {
-    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
-    let s = d.as_secs();
-    format!(
-        "{:02}:{:02}:{:02}.{:03}",
-        s / 3600 % 24,
-        s / 60 % 60,
-        s % 60,
-        d.subsec_millis()
-    )
 }

@@ -23,7 +23,7 @@
 //!   the user's (a body, an error handler) to the pool.
 
 use super::batch::{
-    answer, answer_each, lease_state, ClaimRequest, LeaseState, Queue, ReleaseRequest,
+    answer, answer_each, lease_state, ClaimRequest, ForJob, LeaseState, Queue, ReleaseRequest,
 };
 use super::error::{StoreError, StoreErrorKind};
 use super::sql;
@@ -159,29 +159,38 @@ impl StoreCore {
 
     /// Queues a claim; the answer goes to `req.reply` on the store's runtime.
     pub(super) fn claim(self: &Arc<Self>, req: ClaimRequest) {
-        if self.claims.lock().push(req, self.slots.len()) {
-            let core = self.clone();
-            self.runtime.spawn(async move {
-                loop {
-                    let Some(batch) = core.claims.lock().take() else {
-                        return;
-                    };
-                    core.claim_batch(batch).await;
-                }
-            });
-        }
+        self.enqueue(
+            req,
+            |core| &core.claims,
+            |core, batch| async move { core.claim_batch(batch).await },
+        );
     }
 
     /// Queues a release; the answer goes to `req.reply` on the store's runtime.
     pub(super) fn release(self: &Arc<Self>, req: ReleaseRequest) {
-        if self.releases.lock().push(req, self.slots.len()) {
+        self.enqueue(
+            req,
+            |core| &core.releases,
+            |core, batch| async move { core.release_batch(batch).await },
+        );
+    }
+
+    /// Queues `req` in `queue`, and starts a sender that sends the queue's batches with
+    /// `send` until it is empty, unless enough senders run already.
+    fn enqueue<T, F, Fut>(self: &Arc<Self>, req: T, queue: fn(&Self) -> &Mutex<Queue<T>>, send: F)
+    where
+        T: ForJob + Send + 'static,
+        F: Fn(Arc<Self>, Vec<T>) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send,
+    {
+        if queue(self).lock().push(req, self.slots.len()) {
             let core = self.clone();
             self.runtime.spawn(async move {
                 loop {
-                    let Some(batch) = core.releases.lock().take() else {
+                    let Some(batch) = queue(&core).lock().take() else {
                         return;
                     };
-                    core.release_batch(batch).await;
+                    send(core.clone(), batch).await;
                 }
             });
         }
