@@ -26,14 +26,13 @@ mod timer;
 mod watch;
 
 use crate::error::ScheduleError;
-use crate::pool::worker::{self, WorkerSet};
-use crate::pool::Core;
-use crate::sync::{Arc, Steal, Worker};
+use crate::pool::model::{self, Config, Core, Parts};
+use crate::sync::{Arc, Worker};
 use crate::task::periodic::{Periodic, Plan};
 use crate::task::state::End;
-use crate::task::{MissedTicks, OneShot, RunEnv, TaskCell, TaskRef};
+use crate::task::{OneShot, RunEnv, TaskCell, TaskRef};
 use crate::timer::driver::Driver;
-use crate::timer::{Clock, TimeBase, Timer};
+use crate::timer::Clock;
 use crate::ScheduledFuture;
 use std::any::Any;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -189,32 +188,23 @@ pub(super) struct ModelPool {
     pub(super) core: Arc<Core>,
     /// Worker deques not yet handed to `run_worker`.
     locals: std::sync::Mutex<Vec<Option<Worker<TaskRef>>>>,
-    /// What the pool owns so its futures can reach the core (`Core::attach`).
+    /// What the pool owns so its futures can reach the core (`Core::new`).
     _refs: Box<[Arc<crate::pool::CoreRef>]>,
 }
 
 impl ModelPool {
     /// A core for `workers` workers (their loops run only when a model calls `run_worker`).
     pub(super) fn new(workers: usize) -> Self {
-        let timer = Timer::new(TimeBase::new(Clock::System, TICK), workers);
-        let (set, locals) = WorkerSet::new(workers);
-        let core = Arc::new(Core::new(
-            timer,
-            set,
-            workers + 1,
-            None,
-            None,
-            MissedTicks::Burst,
-        ));
+        let Parts { core, refs, deques } = Core::new(Config::new(workers, Clock::System, TICK));
         ModelPool {
-            _refs: Core::attach(&core),
+            _refs: refs,
             core,
-            locals: std::sync::Mutex::new(locals.into_iter().map(Some).collect()),
+            locals: std::sync::Mutex::new(deques.into_iter().map(Some).collect()),
         }
     }
 
-    fn when(&self, at: u64) -> crate::pool::submit::When {
-        crate::pool::submit::When {
+    fn when(&self, at: u64) -> model::When {
+        model::When {
             deadline: at.saturating_mul(TICK_NANOS),
             now: self.core.timer.time.now_nanos(),
         }
@@ -227,7 +217,7 @@ impl ModelPool {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        crate::pool::submit::one_shot(&self.core, f, self.when(at))
+        model::one_shot(&self.core, f, self.when(at))
     }
 
     /// A fixed-delay task first due at tick `first`, re-armed `every` ticks after each run
@@ -245,10 +235,10 @@ impl ModelPool {
             delay: every.saturating_mul(TICK_NANOS),
         };
         let job = Periodic::new(Box::new(f) as PeriodicFn, plan, false);
-        crate::pool::submit::submit_job(&self.core, job, self.when(first))
+        model::schedule_job(&self.core, job, self.when(first))
     }
 
-    /// A one-shot task cell due at tick `at` in `shard`, and its future, not submitted yet: a
+    /// A one-shot task cell due at tick `at` in `shard`, and its future, not scheduled yet: a
     /// model hands the task to [`submit`](Self::submit) or [`insert`](Self::insert) on one
     /// thread while another cancels it through the future.
     pub(super) fn prepare<T, F>(&self, f: F, at: u64, shard: u16) -> (TaskRef, ScheduledFuture<T>)
@@ -266,13 +256,14 @@ impl ModelPool {
         (raw, ScheduledFuture::new(cell, owner))
     }
 
-    /// `Core::submit` of a prepared task (admit, route, recheck), as every schedule call ends.
+    /// `Core::schedule` of a prepared task (admit, then insert or push and recheck), as every
+    /// schedule call ends.
     pub(super) fn submit(&self, task: &TaskRef) -> Result<(), ScheduleError> {
-        self.core.submit(task, self.core.timer.time.now_nanos())
+        self.core.schedule(task, self.core.timer.time.now_nanos())
     }
 
-    /// `Core::submit` of a prepared task as if its deadline were later than now: admit, then
-    /// into its shard's wheel (`Core::insert`, `Core::route`'s wheel path).
+    /// `Core::schedule` of a prepared task as if its deadline were later than now: admit, then
+    /// into its shard's wheel (`Core::insert`, the wheel path of `Core::schedule`).
     /// How a task due at tick 0 gets into a wheel (`submit` would skip the wheel), so a driver
     /// pass finds it due.
     pub(super) fn insert(&self, task: &TaskRef) -> Result<(), ScheduleError> {
@@ -285,41 +276,41 @@ impl ModelPool {
         let deque = self.locals.lock().unwrap()[index]
             .take()
             .expect("run_worker called twice for one index");
-        worker::run(self.core.clone(), index, deque);
+        model::run_worker(self.core.clone(), index, deque);
     }
 
     /// One step of a worker without its loop: take a task from the injector and run it with the
-    /// pool's bookkeeping (`Core::run_task`). False if the injector was empty.
+    /// pool's bookkeeping (`Core::run_task`, holding no `taking` flag). False if the injector
+    /// was empty.
     pub(super) fn run_one(&self) -> bool {
-        match self.core.workers.injector.steal() {
-            Steal::Success(task) => {
-                self.core.run_task(&task);
-                crate::task::drop_user(task);
+        match self.core.queues.steal_injected() {
+            Some(task) => {
+                self.core.run_task(&task, None);
+                crate::panic::drop_user(task);
                 true
             }
-            _ => false,
+            None => false,
         }
     }
 
     /// Takes one task off the injector without running it (it is dropped); false if empty.
     pub(super) fn take_one(&self) -> bool {
-        matches!(self.core.workers.injector.steal(), Steal::Success(_))
+        self.core.queues.steal_injected().is_some()
     }
 
-    /// The two steps of `Core::push_ready` from a thread that is not a worker (push on the
-    /// injector, `notify(1)`) for a task nobody runs; returns how many sleepers it woke.
+    /// `ReadyQueues::push` from a thread that is not a worker (onto the injector, `notify(1)`)
+    /// of a task nobody runs; returns how many sleepers it woke.
     pub(super) fn push_counting_wakes(&self) -> usize {
         let task: TaskRef = bare_one_shot(|| ());
-        self.core.workers.injector.push(task);
-        self.core.workers.sleep.notify(1)
+        self.core.queues.push(task)
     }
 
     /// An idle worker's sleep, as `worker::run` calls it when it does not watch the timer.
     pub(super) fn sleep(&self, index: usize) {
         let core = &self.core;
-        core.workers.sleep.sleep(
+        core.queues.sleep.sleep(
             index,
-            || core.workers.has_work() || core.worker_should_exit(),
+            || core.queues.has_work() || core.worker_should_exit(),
             None,
         );
     }

@@ -350,7 +350,7 @@ fn due_insert_racing_dispatch_and_shutdown_now() {
         driver.join().unwrap();
         assert_eq!(pool.wheel_len(), 0, "an entry was left in a wheel");
         assert!(
-            !pool.core.workers.has_work(),
+            !pool.core.queues.has_work(),
             "a task was left in a run queue"
         );
         assert_eq!(pool.core.outstanding(), 0);

@@ -8,7 +8,7 @@
 //!                  run()     run returns (one-shot; dynamic: its closure returned None)
 //!  SCHEDULED ──────────────► RUNNING ────────────────────────────► COMPLETED | PANICKED
 //!   │    ▲                    │  │  run returns (periodic) while the pool shuts down
-//!   │    │ re-arm (periodic)  │  └───────────────────────────────► SHUT_DOWN
+//!   │    │ re-arm (periodic)  │  └───────────────────────────────► SHUTDOWN
 //!   │    └────────────────────┤
 //!   │                         │ cancel()
 //!   │                         ▼
@@ -16,15 +16,15 @@
 //!   │ cancel(), or shutdown_now() handing it back
 //!   ├────────────────────────────────────────────────────────────► CANCELLED
 //!   │ shutdown() of a periodic task, or a schedule refused by a shutdown
-//!   └────────────────────────────────────────────────────────────► SHUT_DOWN
+//!   └────────────────────────────────────────────────────────────► SHUTDOWN
 //! ```
 //!
 //! - `SCHEDULED`: waiting (in its shard's wheel, or a run queue). Exactly one of a worker
 //!   (`SCHEDULED -> RUNNING`), a canceller or `shutdown_now` (`-> CANCELLED`) or a graceful
-//!   shutdown (`-> SHUT_DOWN`) wins the CAS out of it; the winner owns what happens next.
+//!   shutdown (`-> SHUTDOWN`) wins the CAS out of it; the winner owns what happens next.
 //! - `RUNNING`: one worker is running the closure. Only that worker leaves this state, except a
 //!   canceller, which may mark it `RUNNING_CANCELLED`.
-//! - Terminal states (`COMPLETED`, `CANCELLED`, `PANICKED`, `SHUT_DOWN`) never change again. The
+//! - Terminal states (`COMPLETED`, `CANCELLED`, `PANICKED`, `SHUTDOWN`) never change again. The
 //!   thread that enters a terminal state also stores the result under the task's body lock.
 //!
 //! Orderings: every transition is `AcqRel` (it hands the task's body from one thread to the next);
@@ -40,7 +40,7 @@ const RUNNING_CANCELLED: u8 = 2;
 const COMPLETED: u8 = 3;
 const CANCELLED: u8 = 4;
 const PANICKED: u8 = 5;
-const SHUT_DOWN: u8 = 6;
+const SHUTDOWN: u8 = 6;
 
 /// How a task ended: its terminal state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +52,7 @@ pub(crate) enum End {
     /// A run panicked and the task stopped.
     Panicked,
     /// Stopped by the pool's shutdown before it could run (again).
-    ShutDown,
+    Shutdown,
 }
 
 impl End {
@@ -61,7 +61,7 @@ impl End {
             End::Completed => COMPLETED,
             End::Cancelled => CANCELLED,
             End::Panicked => PANICKED,
-            End::ShutDown => SHUT_DOWN,
+            End::Shutdown => SHUTDOWN,
         }
     }
 }
@@ -88,7 +88,7 @@ impl Snapshot {
             COMPLETED => Snapshot::Ended(End::Completed),
             CANCELLED => Snapshot::Ended(End::Cancelled),
             PANICKED => Snapshot::Ended(End::Panicked),
-            _ => Snapshot::Ended(End::ShutDown),
+            _ => Snapshot::Ended(End::Shutdown),
         }
     }
 
@@ -101,7 +101,7 @@ impl Snapshot {
     pub(crate) fn is_cancelled(self) -> bool {
         matches!(
             self,
-            Snapshot::RunningCancelled | Snapshot::Ended(End::Cancelled | End::ShutDown)
+            Snapshot::RunningCancelled | Snapshot::Ended(End::Cancelled | End::Shutdown)
         )
     }
 }
@@ -188,12 +188,12 @@ mod tests {
 
     #[test]
     fn bytes_and_snapshots_agree() {
-        for end in [End::Completed, End::Cancelled, End::Panicked, End::ShutDown] {
+        for end in [End::Completed, End::Cancelled, End::Panicked, End::Shutdown] {
             assert_eq!(Snapshot::of(end.byte()), Snapshot::Ended(end));
             assert!(Snapshot::of(end.byte()).is_terminal());
         }
         assert!(!Snapshot::of(SCHEDULED).is_terminal());
         assert!(!Snapshot::of(RUNNING).is_cancelled());
-        assert!(Snapshot::of(SHUT_DOWN).is_cancelled());
+        assert!(Snapshot::of(SHUTDOWN).is_cancelled());
     }
 }
