@@ -11,6 +11,12 @@
 //! `driver` (the timer thread's sleep vs new deadlines) and `timer` (the sharded wheels' insert,
 //! cancel, reset and shutdown gates).
 //!
+//! The models repeat their set-up on purpose (spawning a pool thread, a closure that counts its
+//! runs and drops, the closing "dropped exactly once" check): each model's threads, spawned in
+//! the order it spawns them, and its checks are what the model *is*, and a reader checks an
+//! interleaving against them line by line. A helper that hid a spawn or a drop would hide where
+//! loom may switch threads. Shared machinery (the pool harness, counting, `block_on`) lives here.
+//!
 //! Time: a [`ModelPool`] uses the system clock with a one-hour [`TICK`], so a deadline given in
 //! ticks is deterministic: tick 0 is due at once, anything later never comes due while a model
 //! runs. Loom needs every execution of a model to take the same branches for the same schedule,

@@ -112,7 +112,7 @@ fn no_run_starts_after_a_true_cancel() {
 }
 
 /// The whole path through the pool: a worker runs the task and re-arms it into its shard's
-/// wheel (`Core::run_task` -> `route` -> `Timer::submit`), the user cancels
+/// wheel (`Core::run_task` -> `schedule_admitted` -> `Timer::insert`), the user cancels
 /// (`ScheduledFuture::cancel` -> `Core::on_cancel` -> `Timer::cancelled`), and the driver polls
 /// every shard meanwhile (`poll_step`, `announce_and_check`: it holds each shard lock in turn).
 #[test]

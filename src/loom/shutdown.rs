@@ -1,4 +1,4 @@
-//! Shutdown racing schedule (`src/pool/core.rs` `admit`/`route`/`insert`/`recheck_stop`/`shutdown_now`,
+//! Shutdown racing schedule (`src/pool/core.rs` `admit`/`schedule`/`insert`/`recheck_shutdown_now`/`shutdown_now`,
 //! with the real worker loop and the real timer thread).
 //!
 //! Every task is exactly one of: rejected with `Shutdown`, run, or returned by `shutdown_now`.
@@ -112,7 +112,7 @@ fn periodic_rearm_racing_shutdown_now() {
 }
 
 /// Nothing starts after `shutdown_now` returns (`src/pool/worker.rs`: the `taking` flags that
-/// `WorkerSet::quiesce` waits for). A task due now sits in the injector while a worker looks for
+/// `ReadyQueues::quiesce` waits for). A task due now sits in the injector while a worker looks for
 /// work. Once `shutdown_now` has returned, the task has either started (its `SCHEDULED ->
 /// RUNNING` CAS came first, so a cancel now finds it running and returns false) or been handed
 /// back (a cancel finds it ended): a cancel that still finds it waiting, and returns true, means

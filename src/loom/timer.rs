@@ -19,8 +19,8 @@ fn run_queued(pool: &ModelPool) -> usize {
     n
 }
 
-/// (a) Insert vs cancel on one shard. A task is cancelled while `Core::submit` puts it into its
-/// shard's wheel (`Timer::submit`: the `SCHEDULED` check under the shard lock) and the cancel
+/// (a) Insert vs cancel on one shard. A task is cancelled while `Core::schedule` puts it into its
+/// shard's wheel (`Timer::insert`: the `SCHEDULED` check under the shard lock) and the cancel
 /// unlinks by the recorded key under the same lock (`Timer::cancelled`). Proves: whichever
 /// takes the lock first, no wheel keeps an entry for the cancelled task, the closure is dropped
 /// exactly once, and the pool counts the task as ended.

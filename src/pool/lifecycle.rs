@@ -13,7 +13,9 @@ const RUNNING: u8 = 0;
 const SHUTDOWN: u8 = 1;
 const SHUTDOWN_NOW: u8 = 2;
 
-/// The pool's [`Lifecycle`], shared by its threads.
+/// The pool's [`Lifecycle`], shared by its threads. The same shape as a task's
+/// `task::state::State` on purpose (a byte behind typed calls, tokio's `Snapshot` habit); the two
+/// state machines share nothing else, so they share no code.
 #[derive(Debug)]
 pub(crate) struct AtomicLifecycle(AtomicU8);
 

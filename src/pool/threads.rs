@@ -111,17 +111,7 @@ pub(crate) fn start(
     let total = workers + 1;
     let latch = StartLatch::new();
     let mut handles = Vec::with_capacity(total);
-    let c = core.clone();
-    let spawned = std::thread::Builder::new()
-        .name(format!("{name}-timer"))
-        .spawn(move || {
-            let _exit = ExitGuard {
-                core: &c,
-                driver: true,
-            };
-            driver::run(c.clone());
-        });
-    match spawned {
+    match spawn(core, format!("{name}-timer"), true, |c| driver::run(c)) {
         Ok(h) => handles.push(h),
         Err(e) => {
             core.driver_exited();
@@ -130,17 +120,9 @@ pub(crate) fn start(
         }
     }
     for (index, deque) in deques.into_iter().enumerate() {
-        let c = core.clone();
         let (hooks, latch) = (hooks.clone(), latch.clone());
-        let spawned = std::thread::Builder::new()
-            .name(format!("{name}-{index}"))
-            .spawn(move || {
-                let _exit = ExitGuard {
-                    core: &c,
-                    driver: false,
-                };
-                run_worker(c.clone(), index, deque, hooks, latch);
-            });
+        let body = move |c| run_worker(c, index, deque, hooks, latch);
+        let spawned = spawn(core, format!("{name}-{index}"), false, body);
         match spawned {
             Ok(h) => handles.push(h),
             Err(e) => {
@@ -155,6 +137,21 @@ pub(crate) fn start(
         return Err(BuildError::thread_start_panicked(message));
     }
     Ok(handles)
+}
+
+/// Spawns the pool thread `name` running `body`, with its exit bookkeeping ([`ExitGuard`])
+/// around it; `driver`: it is the timer thread.
+fn spawn(
+    core: &Arc<Core>,
+    name: String,
+    driver: bool,
+    body: impl FnOnce(Arc<Core>) + Send + 'static,
+) -> std::io::Result<JoinHandle<()>> {
+    let c = core.clone();
+    std::thread::Builder::new().name(name).spawn(move || {
+        let _exit = ExitGuard { core: &c, driver };
+        body(c.clone());
+    })
 }
 
 /// Stops a pool that failed to start and joins the threads it had.

@@ -162,7 +162,7 @@ pub(crate) trait RawTask: Send + Sync + 'static {
     /// A reset moved the waiting task's next run to `deadline`: re-bases its plan (a fixed-rate
     /// grid, a dynamic rate) under the task's body lock. Does nothing unless the closure is in
     /// the task (waiting). The caller holds the timer lock that keeps the task from being
-    /// dispatched meanwhile, and sets the header's deadline itself.
+    /// pushed to the workers meanwhile, and sets the header's deadline itself.
     fn rebase(&self, deadline: u64);
 }
 

@@ -75,7 +75,7 @@
 //!   above changes) and nudges on that pass. An idle pool given a timer an hour away wakes no
 //!   worker for it.
 //! - A watcher only polls while the pool is running and under its `taking` flag, so
-//!   `shutdown_now` sweeps whatever it took out of a wheel (see `pool/worker.rs`). With a manual
+//!   `shutdown_now` sweeps whatever it took out of a wheel (see `pool/queues.rs`). With a manual
 //!   clock nobody watches: the driver alone settles time.
 
 mod clock;
