@@ -286,12 +286,12 @@ impl ModelPool {
     }
 
     /// One step of a worker without its loop: take a task from the injector and run it with the
-    /// pool's bookkeeping (`Core::run_task`, holding no `taking` flag). False if the injector
+    /// pool's bookkeeping (`run::run_task`, holding no `taking` flag). False if the injector
     /// was empty.
     pub(super) fn run_one(&self) -> bool {
         match self.core.queues.steal_injected() {
             Some(task) => {
-                self.core.run_task(&task, None);
+                model::run_task(&self.core, &task, None);
                 crate::panic::drop_user(task);
                 true
             }

@@ -1,8 +1,9 @@
 //! `Core`: what a pool's handles, futures and threads share, and the bookkeeping of a task's
-//! way through it: schedule (admit, then insert into a wheel or push to a ready queue), run,
-//! cancel, reset, stop. The parts it is made of each live in a file of their own below it: the
-//! ready queues (`queues.rs`), the lifecycle (`lifecycle.rs`), the counters (`counters.rs`) and
-//! the hand-back and termination state (`shutdown.rs`).
+//! way through it: schedule (admit, then insert into a wheel or push to a ready queue), cancel,
+//! reset, stop, shut down. A run's bookkeeping is `run.rs`, above it. The parts it is made of
+//! each live in a file of their own below it: the ready queues (`queues.rs`), the lifecycle
+//! (`lifecycle.rs`), the counters (`counters.rs`) and the hand-back and termination state
+//! (`shutdown.rs`).
 //!
 //! # Ground rules (shutdown vs. schedule)
 //!
@@ -29,20 +30,16 @@
 //!   shutdown wakes the driver so it can see `outstanding == 0` and let the pool terminate.
 
 use super::config::Config;
-use super::counters::{Counters, PoolStats};
+use super::counters::Counters;
 use super::lifecycle::{AtomicLifecycle, Lifecycle};
-use super::queues::{ReadyQueues, Taking};
+use super::queues::ReadyQueues;
 use super::shutdown::Termination;
 use crate::error::ScheduleError;
-use crate::panic::{panic_message, PanicReporter};
+use crate::panic::PanicReporter;
 use crate::sync::{fence, Arc, CachePadded, OnceLock, Ordering, Weak, Worker};
 use crate::task::state::End;
-use crate::task::{
-    Cancelled, MissedTicks, PendingTask, RunEnv, RunOutcome, Stop, Stopped, TaskRef,
-};
+use crate::task::{Cancelled, MissedTicks, PendingTask, Stop, Stopped, TaskRef};
 use crate::timer::{ClockListener, Host, PoolId, TimeBase, Timer};
-use std::any::Any;
-use std::time::Instant;
 
 /// What a future (or cancel handle) holds to reach its pool: one of these per timer shard,
 /// owned by the pool, so the reference counts that futures made on different threads bump are
@@ -69,15 +66,17 @@ pub(crate) struct Core {
     pub(crate) queues: ReadyQueues,
     lifecycle: AtomicLifecycle,
     /// Written by every schedule, run and task end, each thread in its own cell.
-    counters: Counters,
+    pub(crate) counters: Counters,
     /// Per timer shard, the reference a future keeps to this core (`CoreRef`): weak here, owned
     /// by the pool, so futures made on different threads bump different counts.
     refs: OnceLock<Box<[Weak<CoreRef>]>>,
     max_pending: Option<usize>,
-    panics: PanicReporter,
+    /// Where panics of user code go (a task's: counted first in `run.rs`; a stop hook's).
+    pub(crate) panics: PanicReporter,
     /// The pool's default for fixed-rate tasks that do not choose their own.
     pub(crate) missed_ticks: MissedTicks,
-    termination: Termination,
+    /// Hand-back and live threads (`await_termination`).
+    pub(crate) termination: Termination,
 }
 
 /// A new core and what its owner keeps of it (see [`Core::new`]).
@@ -189,7 +188,7 @@ impl Core {
 
     /// Due now: pushed straight to a ready queue (skipping the wheel), then a second look at
     /// the lifecycle. Later: inserted into its shard's wheel.
-    fn schedule_admitted(&self, task: &TaskRef, now: u64) -> Result<(), ScheduleError> {
+    pub(super) fn schedule_admitted(&self, task: &TaskRef, now: u64) -> Result<(), ScheduleError> {
         if task.header().deadline() <= now {
             self.push(task.clone());
             self.recheck_shutdown_now(task)
@@ -234,57 +233,9 @@ impl Core {
         self.timer.settle.is_none() && self.lifecycle() == Lifecycle::Running
     }
 
-    // ---- run --------------------------------------------------------------------------------
-
-    /// Runs one task on the calling thread and does the bookkeeping for what became of it.
-    /// `taking`: the worker's raised `taking` flag, lowered as soon as the task's fate is
-    /// decided (`None`: a loom model's bare step, which holds no flag).
-    pub(crate) fn run_task(&self, task: &TaskRef, taking: Option<&Taking<'_>>) {
-        let run = Run { core: self, taking };
-        if task.header().is_periodic() && self.lifecycle() == Lifecycle::Shutdown {
-            // Graceful shutdown while queued: a periodic task that had not started does not
-            // start. Not under `ShutdownNow`: there a task this worker took before
-            // `shutdown_now`'s sweep runs (it was not there to be handed back; `shutdown_now`
-            // waits for its start), and `run` then ends it. The task cannot start on this path
-            // (the stop wins, or it is already ended), so `shutdown_now` need not wait for the
-            // drop.
-            run.claim_decided();
-            if self.stop_for_shutdown(task) || !task.header().state.is_scheduled() {
-                self.left_pool();
-                return;
-            }
-        }
-        self.counters.run_started();
-        match task.run(&run) {
-            RunOutcome::NotStarted => {
-                self.counters.run_over();
-            }
-            // `run_ending` has done the bookkeeping, before the future completed.
-            RunOutcome::Finished(_) => {}
-            RunOutcome::Rearm { panicked, now } => {
-                if !panicked {
-                    self.counters.completed();
-                }
-                self.counters.run_over();
-                // `now` was read before the re-arm: an older reading can only send a task that
-                // just came due through the wheel, never run one early. Err: a shutdown stopped
-                // it after its run; `stop_for_shutdown` did the accounting.
-                let _ = self.schedule_admitted(task, now);
-            }
-        }
-        self.left_pool();
-    }
-
-    /// A manual clock's settle counts tasks in the pool: one has left it (run, or not started).
-    fn left_pool(&self) {
-        if let Some(s) = &self.timer.settle {
-            s.left_pool();
-        }
-    }
-
     /// Counts a task that ended cancelled or stopped by a shutdown (its future says Cancelled
     /// or Shutdown). Runs are counted apart: `completed` per normal return, `panicked` per panic.
-    fn count_end(&self, end: End) {
+    pub(super) fn count_end(&self, end: End) {
         if matches!(end, End::Cancelled | End::Shutdown) {
             self.counters.cancelled();
         }
@@ -302,12 +253,6 @@ impl Core {
                 self.timer.wake();
             }
         }
-    }
-
-    /// A panic of user code outside a task (a worker's stop hook): to the panic handler, not
-    /// counted as a task panic in the stats.
-    pub(crate) fn report_panic(&self, payload: Box<dyn Any + Send>) {
-        self.panics.report(payload);
     }
 
     // ---- cancel, reset and stop -------------------------------------------------------------
@@ -338,7 +283,7 @@ impl Core {
     }
 
     /// Stops a waiting task because the pool is shutting down; true if this call won it.
-    fn stop_for_shutdown(&self, task: &TaskRef) -> bool {
+    pub(super) fn stop_for_shutdown(&self, task: &TaskRef) -> bool {
         !matches!(self.stop(task, Stop::Shutdown), Stopped::NotWaiting)
     }
 
@@ -395,26 +340,8 @@ impl Core {
         }
     }
 
-    /// A pool thread is exiting.
-    pub(crate) fn thread_exited(&self) {
-        self.termination.thread_exited();
-    }
-
-    /// Waits until every pool thread has exited, or `deadline` passes.
-    pub(crate) fn await_termination(&self, deadline: Option<Instant>) -> bool {
-        self.termination.await_termination(deadline)
-    }
-
-    pub(crate) fn is_terminated(&self) -> bool {
-        self.termination.is_terminated()
-    }
-
     pub(crate) fn is_shutdown(&self) -> bool {
         !self.lifecycle.is_running()
-    }
-
-    pub(crate) fn stats(&self) -> PoolStats {
-        self.counters.stats()
     }
 }
 
@@ -450,47 +377,5 @@ impl Host for Core {
 
     fn nudge_watcher(&self) -> bool {
         self.queues.sleep.nudge()
-    }
-}
-
-/// A task's run as the pool sees it: the core's bookkeeping, plus the worker's `taking` flag
-/// to lower once the task's fate is decided.
-struct Run<'a> {
-    core: &'a Core,
-    taking: Option<&'a Taking<'a>>,
-}
-
-impl RunEnv for Run<'_> {
-    fn now_nanos(&self) -> u64 {
-        self.core.timer.time.now_nanos()
-    }
-
-    fn stopping(&self) -> bool {
-        // SeqCst (in `is_running`): pairs with the lifecycle stores in `shutdown` and
-        // `shutdown_now`.
-        !self.core.lifecycle.is_running()
-    }
-
-    fn run_ending(&self, end: End, ran_ok: bool) {
-        let core = self.core;
-        if ran_ok {
-            core.counters.completed();
-        }
-        core.count_end(end);
-        core.counters.run_over();
-        core.task_ended();
-    }
-
-    fn report_panic(&self, payload: Box<dyn Any + Send>) -> String {
-        self.core.counters.panicked();
-        let message = panic_message(&*payload);
-        self.core.panics.report(payload);
-        message
-    }
-
-    fn claim_decided(&self) {
-        if let Some(taking) = self.taking {
-            taking.lower();
-        }
     }
 }

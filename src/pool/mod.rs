@@ -9,7 +9,8 @@
 //! schedule.rs  the generic front of scheduling: builds a task, hands it to the core
 //! threads.rs   starts the timer thread and the workers (hooks, start latch, exit bookkeeping)
 //! worker.rs    a worker's loop: take, run, search, sleep, watch the timer
-//! core.rs      Core: a task's bookkeeping through the pool (schedule, run, cancel, stop)
+//! run.rs       a task's run on a worker, and the RunEnv it sees
+//! core.rs      Core: a task's bookkeeping through the pool (schedule, cancel, stop, shut down)
 //! config.rs    Config: what a core is made from
 //! queues.rs    the ready queues (injector, per-worker deques) and the `taking` flags
 //! sleep.rs     how idle workers sleep and wake
@@ -20,7 +21,7 @@
 //!
 //! A task moves one way: scheduled (`schedule.rs`, `Core::schedule`), inserted into a timer
 //! shard's wheel (`Timer::insert`) unless due now, pushed to a ready queue when due (by the
-//! scheduler, the timer thread or the watcher), then run by a worker (`Core::run_task`).
+//! scheduler, the timer thread or the watcher), then run by a worker (`run::run_task`).
 
 mod builder;
 mod config;
@@ -30,6 +31,7 @@ mod future;
 mod handle;
 mod lifecycle;
 mod queues;
+mod run;
 mod schedule;
 mod shutdown;
 mod sleep;
@@ -55,6 +57,7 @@ use crate::task::PendingTask;
 pub(crate) mod model {
     pub(crate) use super::config::Config;
     pub(crate) use super::core::{Core, Parts};
+    pub(crate) use super::run::run_task;
     pub(crate) use super::schedule::{one_shot, schedule_job, When};
     pub(crate) use super::worker::run as run_worker;
 }
@@ -228,8 +231,8 @@ impl ScheduledThreadPool {
     /// assert!(pool.is_terminated());
     /// ```
     pub fn await_termination(&self, timeout: Duration) -> bool {
-        self.core()
-            .await_termination(Instant::now().checked_add(timeout))
+        let deadline = Instant::now().checked_add(timeout);
+        self.core().termination.await_termination(deadline)
     }
 
     /// True once [`shutdown`](Self::shutdown) or [`shutdown_now`](Self::shutdown_now) was called.
@@ -258,7 +261,7 @@ impl ScheduledThreadPool {
     /// assert!(pool.await_termination(Duration::from_secs(10)) && pool.is_terminated());
     /// ```
     pub fn is_terminated(&self) -> bool {
-        self.core().is_terminated()
+        self.core().termination.is_terminated()
     }
 
     /// The pool's counters.
@@ -271,7 +274,7 @@ impl ScheduledThreadPool {
     /// assert_eq!(pool.stats().completed, 1);
     /// ```
     pub fn stats(&self) -> PoolStats {
-        self.core().stats()
+        self.core().counters.stats()
     }
 }
 

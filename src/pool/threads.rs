@@ -95,7 +95,7 @@ fn run_worker(
     super::worker::run(core.clone(), index, deque);
     if let Some(stop) = &hooks.stop {
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| stop())) {
-            core.report_panic(payload);
+            core.panics.report(payload); // not counted as a task panic
         }
     }
 }
@@ -115,7 +115,7 @@ pub(crate) fn start(
         Ok(h) => handles.push(h),
         Err(e) => {
             core.driver_exited();
-            (0..total).for_each(|_| core.thread_exited());
+            (0..total).for_each(|_| core.termination.thread_exited());
             return Err(BuildError::spawn(e));
         }
     }
@@ -126,7 +126,7 @@ pub(crate) fn start(
         match spawned {
             Ok(h) => handles.push(h),
             Err(e) => {
-                (handles.len()..total).for_each(|_| core.thread_exited());
+                (handles.len()..total).for_each(|_| core.termination.thread_exited());
                 stop_and_join(core, handles);
                 return Err(BuildError::spawn(e));
             }
@@ -173,7 +173,7 @@ impl Drop for ExitGuard<'_> {
         if self.driver {
             self.core.driver_exited();
         }
-        self.core.thread_exited();
+        self.core.termination.thread_exited();
     }
 }
 

@@ -5,6 +5,7 @@
 use super::core::Core;
 use super::lifecycle::Lifecycle;
 use super::queues::{Found, Taking};
+use super::run;
 use super::sleep::{Watch, Woke};
 use crate::sync::{Arc, Worker};
 use crate::task::TaskRef;
@@ -105,7 +106,7 @@ fn poll_due(core: &Core, index: usize) {
 /// one, the task's unread result or closure is dropped here, where a panicking `Drop` cannot
 /// unwind the worker.
 fn run_taken(core: &Core, task: TaskRef, taking: Taking<'_>) {
-    core.run_task(&task, Some(&taking));
+    run::run_task(core, &task, Some(&taking));
     taking.lower(); // the task did not start (cancelled, stopped): lower the flag now
     crate::panic::drop_user(task);
 }
