@@ -355,6 +355,8 @@ impl Builder {
     /// assert_eq!(runs_with(MissedTicks::Skip), (1, 2)); // 10, then 50
     /// assert_eq!(runs_with(MissedTicks::Delay), (1, 1)); // 10, then 55
     /// ```
+    // The example mirrors `PeriodicOptions::missed_ticks`' on purpose: the same policy, set for
+    // the pool here and for one task there; each public item carries its own example.
     pub fn missed_ticks(mut self, policy: MissedTicks) -> Self {
         self.missed_ticks = policy;
         self
@@ -508,6 +510,8 @@ impl Default for Builder {
     }
 }
 
+/// By hand, like every `Debug` of a type that holds closures: the panic handler and the hooks
+/// show only whether they are set.
 impl fmt::Debug for Builder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")
