@@ -11,11 +11,11 @@
 //! `driver` (the timer thread's sleep vs new deadlines) and `timer` (the sharded wheels' insert,
 //! cancel, reset and shutdown gates).
 //!
-//! The models repeat their set-up on purpose (spawning a pool thread, a closure that counts its
-//! runs and drops, the closing "dropped exactly once" check): each model's threads, spawned in
-//! the order it spawns them, and its checks are what the model *is*, and a reader checks an
-//! interleaving against them line by line. A helper that hid a spawn or a drop would hide where
-//! loom may switch threads. Shared machinery (the pool harness, counting, `block_on`) lives here.
+//! Set-up that is the same in every model lives here (the pool harness, spawning a pool thread,
+//! closures that count their runs and drops, `block_on`). What each model races stays spelled
+//! out in the model, in the order it happens, even where two models start alike: those threads
+//! and checks are what the model *is*, and a reader checks an interleaving against them line by
+//! line.
 //!
 //! Time: a [`ModelPool`] uses the system clock with a one-hour [`TICK`], so a deadline given in
 //! ticks is deterministic: tick 0 is due at once, anything later never comes due while a model
@@ -40,6 +40,7 @@ use crate::task::{OneShot, RunEnv, TaskCell, TaskRef};
 use crate::timer::driver::Driver;
 use crate::timer::Clock;
 use crate::ScheduledFuture;
+use loom::thread;
 use std::any::Any;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -89,6 +90,31 @@ impl Count {
     pub(super) fn token(&self) -> DropToken {
         DropToken(self.clone())
     }
+
+    /// A one-shot closure that counts its run here and holds a drop token of `drops`, dropped
+    /// when the run ends.
+    pub(super) fn once(&self, drops: &Count) -> impl FnOnce() + Send + 'static {
+        let (ran, token) = (self.clone(), drops.token());
+        move || {
+            let _token = token;
+            ran.add();
+        }
+    }
+
+    /// A periodic closure that counts each run here and holds a drop token of `drops` for as
+    /// long as the closure lives.
+    pub(super) fn each(&self, drops: &Count) -> impl FnMut() + Send + 'static {
+        let (ran, token) = (self.clone(), drops.token());
+        move || {
+            let _token = &token;
+            ran.add();
+        }
+    }
+}
+
+/// The closing check of a model whose closure holds a token of `drops`.
+pub(super) fn assert_dropped_once(drops: &Count) {
+    assert_eq!(drops.get(), 1, "closure dropped exactly once");
 }
 
 /// Bumps its `Count` when dropped: captured by closures to count drops.
@@ -275,6 +301,24 @@ impl ModelPool {
     pub(super) fn insert(&self, task: &TaskRef) -> Result<(), ScheduleError> {
         self.core.admit()?;
         self.core.insert(task)
+    }
+
+    /// [`run_driver`](Self::run_driver) on a loom thread of its own.
+    pub(super) fn spawn_driver(self: &Arc<Self>) -> thread::JoinHandle<()> {
+        let pool = self.clone();
+        thread::spawn(move || pool.run_driver())
+    }
+
+    /// [`run_worker`](Self::run_worker) on a loom thread of its own.
+    pub(super) fn spawn_worker(self: &Arc<Self>, index: usize) -> thread::JoinHandle<()> {
+        let pool = self.clone();
+        thread::spawn(move || pool.run_worker(index))
+    }
+
+    /// [`run_one`](Self::run_one) on a loom thread of its own.
+    pub(super) fn spawn_run_one(self: &Arc<Self>) -> thread::JoinHandle<bool> {
+        let pool = self.clone();
+        thread::spawn(move || pool.run_one())
     }
 
     /// The body of worker thread `index` (`worker::run`); returns once the pool stops.

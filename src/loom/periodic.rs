@@ -135,10 +135,7 @@ fn rearm_racing_cancel_leaks_no_wheel_entry() {
             )
             .unwrap()
         };
-        let worker = {
-            let pool = pool.clone();
-            thread::spawn(move || pool.run_one())
-        };
+        let worker = pool.spawn_run_one();
         let driver_thread = thread::spawn(move || {
             driver.mark_awake();
             let (more, dispatched) = driver.poll_step();

@@ -22,10 +22,7 @@ fn stop(pool: &ModelPool) {
 fn push_racing_a_worker_going_to_sleep_is_not_lost() {
     model("push_racing_a_worker_going_to_sleep_is_not_lost", || {
         let pool = Arc::new(ModelPool::new(1));
-        let worker = {
-            let pool = pool.clone();
-            thread::spawn(move || pool.run_worker(0))
-        };
+        let worker = pool.spawn_worker(0);
         let ran = Count::new();
         let r = ran.clone();
         // Core::schedule -> ReadyQueues::push: injector push, notify(1).
