@@ -202,7 +202,7 @@ pub(super) fn bare_one_shot<T: Send + 'static>(
 }
 
 /// A bare fixed-delay task cell (delay 0, no pool): its `run` re-arms it in place (the pool
-/// would then resubmit it), so a model can run it again at once.
+/// would then schedule it again), so a model can run it again at once.
 pub(super) fn bare_periodic(
     f: impl FnMut() + Send + 'static,
 ) -> Arc<TaskCell<Periodic<PeriodicFn>>> {
@@ -271,7 +271,7 @@ impl ModelPool {
     }
 
     /// A one-shot task cell due at tick `at` in `shard`, and its future, not scheduled yet: a
-    /// model hands the task to [`submit`](Self::submit) or [`insert`](Self::insert) on one
+    /// model hands the task to [`schedule_prepared`](Self::schedule_prepared) or [`insert`](Self::insert) on one
     /// thread while another cancels it through the future.
     pub(super) fn prepare<T, F>(&self, f: F, at: u64, shard: u16) -> (TaskRef, ScheduledFuture<T>)
     where
@@ -290,13 +290,13 @@ impl ModelPool {
 
     /// `Core::schedule` of a prepared task (admit, then insert or push and recheck), as every
     /// schedule call ends.
-    pub(super) fn submit(&self, task: &TaskRef) -> Result<(), ScheduleError> {
+    pub(super) fn schedule_prepared(&self, task: &TaskRef) -> Result<(), ScheduleError> {
         self.core.schedule(task, self.core.timer.time.now_nanos())
     }
 
     /// `Core::schedule` of a prepared task as if its deadline were later than now: admit, then
     /// into its shard's wheel (`Core::insert`, the wheel path of `Core::schedule`).
-    /// How a task due at tick 0 gets into a wheel (`submit` would skip the wheel), so a driver
+    /// How a task due at tick 0 gets into a wheel (`schedule_prepared` would skip the wheel), so a driver
     /// pass finds it due.
     pub(super) fn insert(&self, task: &TaskRef) -> Result<(), ScheduleError> {
         self.core.admit()?;

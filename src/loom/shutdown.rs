@@ -39,12 +39,12 @@ fn schedule_due_now_racing_shutdown_now() {
         let pool = Arc::new(ModelPool::new(1));
         pool.core.driver_exited(); // no timer thread: nothing to hand back
         let worker = pool.spawn_worker(0);
-        let submitter = {
+        let scheduler = {
             let (pool, task) = (pool.clone(), ran.once(&drops));
             thread::spawn(move || pool.schedule(task, 0))
         };
         let returned = pool.core.shutdown_now();
-        let scheduled = submitter.join().unwrap();
+        let scheduled = scheduler.join().unwrap();
         worker.join().unwrap();
         check_fate(scheduled, &ran, returned.len());
         drop(returned);

@@ -33,7 +33,7 @@ fn insert_racing_cancel_leaves_no_entry() {
         let (task, future) = pool.prepare(move || drop(token), 5, 0);
         let inserter = {
             let pool = pool.clone();
-            thread::spawn(move || pool.submit(&task))
+            thread::spawn(move || pool.schedule_prepared(&task))
         };
         assert!(future.cancel(), "nothing runs the task: the cancel wins it");
         assert_eq!(inserter.join().unwrap(), Ok(()));
@@ -116,7 +116,7 @@ fn insert_racing_shutdown_now_ends_one_way() {
         let (ran, drops) = (Count::new(), Count::new());
         let pool = Arc::new(ModelPool::new(1));
         let driver = pool.spawn_driver();
-        let submitter = {
+        let scheduler = {
             let (pool, task) = (pool.clone(), ran.once(&drops));
             thread::spawn(move || {
                 home::set(1);
@@ -124,7 +124,7 @@ fn insert_racing_shutdown_now_ends_one_way() {
             })
         };
         let returned = pool.core.shutdown_now();
-        let scheduled = submitter.join().unwrap();
+        let scheduled = scheduler.join().unwrap();
         driver.join().unwrap();
         assert_eq!(ran.get(), 0, "nothing is due");
         assert_eq!(pool.wheel_len(), 0, "an insert slipped in behind the stop");

@@ -8,7 +8,7 @@
 //! cache-warm), so a task that keeps `execute`-ing its own continuation would keep that end
 //! busy forever. Every [`FAIR_INTERVAL`] runs the worker therefore looks first at the work that
 //! has waited longest, alternating between two sources: the shared injector (due timers, tasks
-//! submitted from outside the pool) and the FIFO end of its own deque (older tasks that a
+//! scheduled from outside the pool) and the FIFO end of its own deque (older tasks that a
 //! chain keeps burying). Whichever source comes second on a fairness turn is still tried before
 //! the LIFO end. So whatever the deques hold, a task at the head of the injector waits for at
 //! most `2 * FAIR_INTERVAL` runs of each worker, and a task in a worker's deque reaches its
@@ -116,7 +116,7 @@ pub(crate) enum Found<'a> {
     /// Nothing in any queue (flag lowered).
     Nothing,
     /// The pool is stopping: take nothing more, exit (flag lowered).
-    Stop,
+    ShutdownNow,
 }
 
 impl ReadyQueues {
@@ -223,7 +223,7 @@ impl ReadyQueues {
         let (taking, life) = self.raise_taking(index, lifecycle);
         if life == Lifecycle::ShutdownNow {
             taking.lower_untouched();
-            return Found::Stop;
+            return Found::ShutdownNow;
         }
         let task = LOCAL.with(|l| {
             let local = l.borrow();

@@ -36,7 +36,7 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
                 run_taken(&core, task, taking);
                 continue;
             }
-            Found::Stop => break,
+            Found::ShutdownNow => break,
             Found::Nothing => {}
         }
         if core.worker_should_exit() {
@@ -55,7 +55,7 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
                 run_taken(&core, task, taking);
                 continue;
             }
-            Found::Stop => break,
+            Found::ShutdownNow => break,
             Found::Nothing => {}
         }
         let watch = TimerWatch(&core);

@@ -55,7 +55,7 @@ pub(crate) enum RunOutcome {
     /// The task ran and ended in this terminal state.
     Finished(state::End),
     /// A periodic task ran (`panicked`: that run panicked and the task survives panics) and is
-    /// `SCHEDULED` again for `header().deadline()`: resubmit it.
+    /// `SCHEDULED` again for `header().deadline()`: schedule it again.
     /// `now`: the clock reading the next deadline was planned from (one read serves both).
     Rearm { panicked: bool, now: u64 },
 }

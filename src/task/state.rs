@@ -32,15 +32,18 @@
 
 use crate::sync::{AtomicU8, Ordering};
 
-// The bytes behind the states. They never leave this file: other modules see `Snapshot`s and
-// call named transitions.
-const SCHEDULED: u8 = 0;
-const RUNNING: u8 = 1;
-const RUNNING_CANCELLED: u8 = 2;
-const COMPLETED: u8 = 3;
-const CANCELLED: u8 = 4;
-const PANICKED: u8 = 5;
-const SHUTDOWN: u8 = 6;
+/// A state as the atomic stores it. It never leaves this file: other modules see `Snapshot`s and
+/// call named transitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Byte(u8);
+
+const SCHEDULED: Byte = Byte(0);
+const RUNNING: Byte = Byte(1);
+const RUNNING_CANCELLED: Byte = Byte(2);
+const COMPLETED: Byte = Byte(3);
+const CANCELLED: Byte = Byte(4);
+const PANICKED: Byte = Byte(5);
+const SHUTDOWN: Byte = Byte(6);
 
 /// How a task ended: its terminal state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +59,7 @@ pub(crate) enum End {
 }
 
 impl End {
-    fn byte(self) -> u8 {
+    fn byte(self) -> Byte {
         match self {
             End::Completed => COMPLETED,
             End::Cancelled => CANCELLED,
@@ -80,7 +83,7 @@ pub(crate) enum Snapshot {
 }
 
 impl Snapshot {
-    fn of(byte: u8) -> Snapshot {
+    fn of(byte: Byte) -> Snapshot {
         match byte {
             SCHEDULED => Snapshot::Scheduled,
             RUNNING => Snapshot::Running,
@@ -112,12 +115,12 @@ pub(crate) struct State(AtomicU8);
 
 impl State {
     pub(crate) fn new() -> Self {
-        State(AtomicU8::new(SCHEDULED))
+        State(AtomicU8::new(SCHEDULED.0))
     }
 
     pub(crate) fn load(&self) -> Snapshot {
         // Acquire: pairs with the AcqRel transitions below.
-        Snapshot::of(self.0.load(Ordering::Acquire))
+        Snapshot::of(Byte(self.0.load(Ordering::Acquire)))
     }
 
     /// True while the task waits to run.
@@ -126,10 +129,10 @@ impl State {
     }
 
     /// Moves `from -> to`; true if this call made the change.
-    fn transition(&self, from: u8, to: u8) -> bool {
+    fn transition(&self, from: Byte, to: Byte) -> bool {
         // AcqRel: the winner takes over the body the previous owner released.
         self.0
-            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(from.0, to.0, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     }
 
@@ -164,7 +167,7 @@ impl State {
     pub(crate) fn finish_cancelled_run(&self) {
         debug_assert_eq!(self.load(), Snapshot::RunningCancelled);
         // Release: pairs with the Acquire in `load`, publishing the result stored before it.
-        self.0.store(CANCELLED, Ordering::Release);
+        self.0.store(CANCELLED.0, Ordering::Release);
     }
 }
 
