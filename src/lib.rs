@@ -108,6 +108,7 @@ pub mod cluster;
 mod error;
 #[cfg(all(test, wheelpool_loom))]
 mod loom;
+mod panic;
 mod pool;
 mod sync;
 mod task;

@@ -2,11 +2,16 @@
 //!
 //! Normally these are `std` atomics, `parking_lot` locks and `crossbeam-deque` queues. Under the
 //! crate's own `--cfg wheelpool_loom` they become loom's types, so the loom models explore the
-//! real crate code. (Never a bare `cfg(wheelpool_loom)`: that would switch a downstream crate's copy of
-//! us to loom's types in its own loom tests.) crossbeam-deque and parking_lot are not loom-aware, so under loom the queues are a
-//! `Mutex<VecDeque>` behind the same small interface and the locks are loom's.
+//! real crate code. (Never a bare `cfg(loom)`: that would switch a downstream crate's copy of
+//! us to loom's types in its own loom tests.) crossbeam-deque and parking_lot are not
+//! loom-aware, so under loom the queues are a `Mutex<VecDeque>` behind the same small interface
+//! and the locks are loom's. Thread-locals come from here too ([`thread_local!`]), so no
+//! production file writes one twice under two cfgs.
 //!
-//! Crate code never imports `std::sync`, `parking_lot` or `crossbeam_deque` directly.
+//! Crate code takes its atomics, locks, queues and thread-locals only from here, never from
+//! `std::sync`, `parking_lot` or `crossbeam_deque` directly. The few std types that are no part
+//! of any modelled protocol (`Arc`, `Weak`, `OnceLock`, and the [`plain`] atomics of counters
+//! and ids) are re-exported below with the reason.
 
 #[cfg(not(wheelpool_loom))]
 mod imp {
@@ -251,6 +256,30 @@ pub(crate) fn park_until(deadline: Option<std::time::Instant>) {
         }
         _ => thread::park(),
     }
+}
+
+/// Declares thread-locals: std's normally, loom's under `wheelpool_loom` (each loom thread then
+/// gets its own value, as a real thread would). Written with std's `const { .. }` initialiser,
+/// which the loom arm drops (loom has no const form).
+macro_rules! thread_local_facade {
+    ($($(#[$attr:meta])* static $name:ident: $t:ty = const { $init:expr };)+) => {
+        #[cfg(not(wheelpool_loom))]
+        std::thread_local! {
+            $($(#[$attr])* static $name: $t = const { $init };)+
+        }
+        #[cfg(wheelpool_loom)]
+        loom::thread_local! {
+            $($(#[$attr])* static $name: $t = $init;)+
+        }
+    };
+}
+pub(crate) use thread_local_facade as thread_local;
+
+/// std's atomics in both builds, for counters and ids that are no part of any protocol a model
+/// explores (a round-robin deal, a pool's id): loom's atomics cannot live in a `static`, and these
+/// need no exploring. Never use them for anything another thread synchronises on.
+pub(crate) mod plain {
+    pub(crate) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 }
 
 /// Cache-line padding for atomics and locks that different threads hit at once.

@@ -1,4 +1,4 @@
-//! The driver's sleep vs a new earlier deadline (`src/timer/mod.rs` `Timer::submit`/
+//! The driver's sleep vs a new earlier deadline (`src/timer/mod.rs` `Timer::insert`/
 //! `wake_if_before`, `src/timer/driver.rs` `mark_awake`/`poll_step`/`announce_and_check`/`park`).
 //!
 //! The driver never sleeps past a deadline inserted while it was going to sleep. Under loom the

@@ -11,6 +11,12 @@
 //! `driver` (the timer thread's sleep vs new deadlines) and `timer` (the sharded wheels' insert,
 //! cancel, reset and shutdown gates).
 //!
+//! Set-up that is the same in every model lives here (the pool harness, spawning a pool thread,
+//! closures that count their runs and drops, `block_on`). What each model races stays spelled
+//! out in the model, in the order it happens, even where two models start alike: those threads
+//! and checks are what the model *is*, and a reader checks an interleaving against them line by
+//! line.
+//!
 //! Time: a [`ModelPool`] uses the system clock with a one-hour [`TICK`], so a deadline given in
 //! ticks is deterministic: tick 0 is due at once, anything later never comes due while a model
 //! runs. Loom needs every execution of a model to take the same branches for the same schedule,
@@ -26,15 +32,15 @@ mod timer;
 mod watch;
 
 use crate::error::ScheduleError;
-use crate::pool::worker::{self, WorkerSet};
-use crate::pool::Core;
-use crate::sync::{Arc, Steal, Worker};
+use crate::pool::model::{self, Config, Core, Parts};
+use crate::sync::{Arc, Worker};
 use crate::task::periodic::{Periodic, Plan};
 use crate::task::state::End;
-use crate::task::{MissedTicks, OneShot, RunEnv, TaskCell, TaskRef};
+use crate::task::{OneShot, RunEnv, TaskCell, TaskRef};
 use crate::timer::driver::Driver;
-use crate::timer::{Clock, TimeBase, Timer};
+use crate::timer::Clock;
 use crate::ScheduledFuture;
+use loom::thread;
 use std::any::Any;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -84,6 +90,31 @@ impl Count {
     pub(super) fn token(&self) -> DropToken {
         DropToken(self.clone())
     }
+
+    /// A one-shot closure that counts its run here and holds a drop token of `drops`, dropped
+    /// when the run ends.
+    pub(super) fn once(&self, drops: &Count) -> impl FnOnce() + Send + 'static {
+        let (ran, token) = (self.clone(), drops.token());
+        move || {
+            let _token = token;
+            ran.add();
+        }
+    }
+
+    /// A periodic closure that counts each run here and holds a drop token of `drops` for as
+    /// long as the closure lives.
+    pub(super) fn each(&self, drops: &Count) -> impl FnMut() + Send + 'static {
+        let (ran, token) = (self.clone(), drops.token());
+        move || {
+            let _token = &token;
+            ran.add();
+        }
+    }
+}
+
+/// The closing check of a model whose closure holds a token of `drops`.
+pub(super) fn assert_dropped_once(drops: &Count) {
+    assert_eq!(drops.get(), 1, "closure dropped exactly once");
 }
 
 /// Bumps its `Count` when dropped: captured by closures to count drops.
@@ -171,7 +202,7 @@ pub(super) fn bare_one_shot<T: Send + 'static>(
 }
 
 /// A bare fixed-delay task cell (delay 0, no pool): its `run` re-arms it in place (the pool
-/// would then resubmit it), so a model can run it again at once.
+/// would then schedule it again), so a model can run it again at once.
 pub(super) fn bare_periodic(
     f: impl FnMut() + Send + 'static,
 ) -> Arc<TaskCell<Periodic<PeriodicFn>>> {
@@ -189,32 +220,23 @@ pub(super) struct ModelPool {
     pub(super) core: Arc<Core>,
     /// Worker deques not yet handed to `run_worker`.
     locals: std::sync::Mutex<Vec<Option<Worker<TaskRef>>>>,
-    /// What the pool owns so its futures can reach the core (`Core::attach`).
+    /// What the pool owns so its futures can reach the core (`Core::new`).
     _refs: Box<[Arc<crate::pool::CoreRef>]>,
 }
 
 impl ModelPool {
     /// A core for `workers` workers (their loops run only when a model calls `run_worker`).
     pub(super) fn new(workers: usize) -> Self {
-        let timer = Timer::new(TimeBase::new(Clock::System, TICK), workers);
-        let (set, locals) = WorkerSet::new(workers);
-        let core = Arc::new(Core::new(
-            timer,
-            set,
-            workers + 1,
-            None,
-            None,
-            MissedTicks::Burst,
-        ));
+        let Parts { core, refs, deques } = Core::new(Config::new(workers, Clock::System, TICK));
         ModelPool {
-            _refs: Core::attach(&core),
+            _refs: refs,
             core,
-            locals: std::sync::Mutex::new(locals.into_iter().map(Some).collect()),
+            locals: std::sync::Mutex::new(deques.into_iter().map(Some).collect()),
         }
     }
 
-    fn when(&self, at: u64) -> crate::pool::submit::When {
-        crate::pool::submit::When {
+    fn when(&self, at: u64) -> model::When {
+        model::When {
             deadline: at.saturating_mul(TICK_NANOS),
             now: self.core.timer.time.now_nanos(),
         }
@@ -227,7 +249,7 @@ impl ModelPool {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        crate::pool::submit::one_shot(&self.core, f, self.when(at))
+        model::one_shot(&self.core, f, self.when(at))
     }
 
     /// A fixed-delay task first due at tick `first`, re-armed `every` ticks after each run
@@ -245,11 +267,11 @@ impl ModelPool {
             delay: every.saturating_mul(TICK_NANOS),
         };
         let job = Periodic::new(Box::new(f) as PeriodicFn, plan, false);
-        crate::pool::submit::submit_job(&self.core, job, self.when(first))
+        model::schedule_job(&self.core, job, self.when(first))
     }
 
-    /// A one-shot task cell due at tick `at` in `shard`, and its future, not submitted yet: a
-    /// model hands the task to [`submit`](Self::submit) or [`insert`](Self::insert) on one
+    /// A one-shot task cell due at tick `at` in `shard`, and its future, not scheduled yet: a
+    /// model hands the task to [`schedule_prepared`](Self::schedule_prepared) or [`insert`](Self::insert) on one
     /// thread while another cancels it through the future.
     pub(super) fn prepare<T, F>(&self, f: F, at: u64, shard: u16) -> (TaskRef, ScheduledFuture<T>)
     where
@@ -266,18 +288,37 @@ impl ModelPool {
         (raw, ScheduledFuture::new(cell, owner))
     }
 
-    /// `Core::submit` of a prepared task (admit, route, recheck), as every schedule call ends.
-    pub(super) fn submit(&self, task: &TaskRef) -> Result<(), ScheduleError> {
-        self.core.submit(task, self.core.timer.time.now_nanos())
+    /// `Core::schedule` of a prepared task (admit, then insert or push and recheck), as every
+    /// schedule call ends.
+    pub(super) fn schedule_prepared(&self, task: &TaskRef) -> Result<(), ScheduleError> {
+        self.core.schedule(task, self.core.timer.time.now_nanos())
     }
 
-    /// `Core::submit` of a prepared task as if its deadline were later than now: admit, then
-    /// into its shard's wheel (`Core::insert`, `Core::route`'s wheel path).
-    /// How a task due at tick 0 gets into a wheel (`submit` would skip the wheel), so a driver
+    /// `Core::schedule` of a prepared task as if its deadline were later than now: admit, then
+    /// into its shard's wheel (`Core::insert`, the wheel path of `Core::schedule`).
+    /// How a task due at tick 0 gets into a wheel (`schedule_prepared` would skip the wheel), so a driver
     /// pass finds it due.
     pub(super) fn insert(&self, task: &TaskRef) -> Result<(), ScheduleError> {
         self.core.admit()?;
         self.core.insert(task)
+    }
+
+    /// [`run_driver`](Self::run_driver) on a loom thread of its own.
+    pub(super) fn spawn_driver(self: &Arc<Self>) -> thread::JoinHandle<()> {
+        let pool = self.clone();
+        thread::spawn(move || pool.run_driver())
+    }
+
+    /// [`run_worker`](Self::run_worker) on a loom thread of its own.
+    pub(super) fn spawn_worker(self: &Arc<Self>, index: usize) -> thread::JoinHandle<()> {
+        let pool = self.clone();
+        thread::spawn(move || pool.run_worker(index))
+    }
+
+    /// [`run_one`](Self::run_one) on a loom thread of its own.
+    pub(super) fn spawn_run_one(self: &Arc<Self>) -> thread::JoinHandle<bool> {
+        let pool = self.clone();
+        thread::spawn(move || pool.run_one())
     }
 
     /// The body of worker thread `index` (`worker::run`); returns once the pool stops.
@@ -285,41 +326,41 @@ impl ModelPool {
         let deque = self.locals.lock().unwrap()[index]
             .take()
             .expect("run_worker called twice for one index");
-        worker::run(self.core.clone(), index, deque);
+        model::run_worker(self.core.clone(), index, deque);
     }
 
     /// One step of a worker without its loop: take a task from the injector and run it with the
-    /// pool's bookkeeping (`Core::run_task`). False if the injector was empty.
+    /// pool's bookkeeping (`run::run_task`, holding no `taking` flag). False if the injector
+    /// was empty.
     pub(super) fn run_one(&self) -> bool {
-        match self.core.workers.injector.steal() {
-            Steal::Success(task) => {
-                self.core.run_task(&task);
-                crate::task::drop_user(task);
+        match self.core.queues.steal_injected() {
+            Some(task) => {
+                model::run_task(&self.core, &task, None);
+                crate::panic::drop_user(task);
                 true
             }
-            _ => false,
+            None => false,
         }
     }
 
     /// Takes one task off the injector without running it (it is dropped); false if empty.
     pub(super) fn take_one(&self) -> bool {
-        matches!(self.core.workers.injector.steal(), Steal::Success(_))
+        self.core.queues.steal_injected().is_some()
     }
 
-    /// The two steps of `Core::push_ready` from a thread that is not a worker (push on the
-    /// injector, `notify(1)`) for a task nobody runs; returns how many sleepers it woke.
+    /// `ReadyQueues::push` from a thread that is not a worker (onto the injector, `notify(1)`)
+    /// of a task nobody runs; returns how many sleepers it woke.
     pub(super) fn push_counting_wakes(&self) -> usize {
         let task: TaskRef = bare_one_shot(|| ());
-        self.core.workers.injector.push(task);
-        self.core.workers.sleep.notify(1)
+        self.core.queues.push(task)
     }
 
     /// An idle worker's sleep, as `worker::run` calls it when it does not watch the timer.
     pub(super) fn sleep(&self, index: usize) {
         let core = &self.core;
-        core.workers.sleep.sleep(
+        core.queues.sleep.sleep(
             index,
-            || core.workers.has_work() || core.worker_should_exit(),
+            || core.queues.has_work() || core.worker_should_exit(),
             None,
         );
     }

@@ -1,5 +1,5 @@
-//! Periodic re-arm racing cancel (`src/task/cell.rs` `rearm`, `src/pool/core.rs`
-//! `run_task`/`on_cancel`, `src/timer/mod.rs` `submit`/`cancelled`).
+//! Periodic re-arm racing cancel (`src/task/cell.rs` `rearm`, `src/pool/run.rs`
+//! `run_task`, `src/pool/core.rs` `on_cancel`, `src/timer/mod.rs` `insert`/`cancelled`).
 //!
 //! - After a cancel that returned true, no run starts.
 //! - No re-arm leaks a wheel entry: once everything quiesces, no wheel holds an entry of a
@@ -112,7 +112,7 @@ fn no_run_starts_after_a_true_cancel() {
 }
 
 /// The whole path through the pool: a worker runs the task and re-arms it into its shard's
-/// wheel (`Core::run_task` -> `route` -> `Timer::submit`), the user cancels
+/// wheel (`run::run_task` -> `Core::schedule_admitted` -> `Timer::insert`), the user cancels
 /// (`ScheduledFuture::cancel` -> `Core::on_cancel` -> `Timer::cancelled`), and the driver polls
 /// every shard meanwhile (`poll_step`, `announce_and_check`: it holds each shard lock in turn).
 #[test]
@@ -135,10 +135,7 @@ fn rearm_racing_cancel_leaks_no_wheel_entry() {
             )
             .unwrap()
         };
-        let worker = {
-            let pool = pool.clone();
-            thread::spawn(move || pool.run_one())
-        };
+        let worker = pool.spawn_run_one();
         let driver_thread = thread::spawn(move || {
             driver.mark_awake();
             let (more, dispatched) = driver.poll_step();

@@ -1,11 +1,11 @@
-//! Shutdown racing schedule (`src/pool/core.rs` `admit`/`route`/`insert`/`recheck_stop`/`shutdown_now`,
+//! Shutdown racing schedule (`src/pool/core.rs` `admit`/`schedule`/`insert`/`recheck_shutdown_now`/`shutdown_now`,
 //! with the real worker loop and the real timer thread).
 //!
 //! Every task is exactly one of: rejected with `Shutdown`, run, or returned by `shutdown_now`.
 //! None is both, none is neither: a task left queued after `shutdown_now` with its schedule
 //! accepted would never finish, and its future's `join` would block (loom: deadlock).
 
-use super::{model, Count, ModelPool};
+use super::{assert_dropped_once, model, Count, ModelPool};
 use crate::error::{ScheduleError, TaskError};
 use crate::sync::Arc;
 use crate::ScheduledFuture;
@@ -38,29 +38,18 @@ fn schedule_due_now_racing_shutdown_now() {
         let (ran, drops) = (Count::new(), Count::new());
         let pool = Arc::new(ModelPool::new(1));
         pool.core.driver_exited(); // no timer thread: nothing to hand back
-        let worker = {
-            let pool = pool.clone();
-            thread::spawn(move || pool.run_worker(0))
-        };
-        let submitter = {
-            let (pool, ran, token) = (pool.clone(), ran.clone(), drops.token());
-            thread::spawn(move || {
-                pool.schedule(
-                    move || {
-                        let _token = token;
-                        ran.add();
-                    },
-                    0,
-                )
-            })
+        let worker = pool.spawn_worker(0);
+        let scheduler = {
+            let (pool, task) = (pool.clone(), ran.once(&drops));
+            thread::spawn(move || pool.schedule(task, 0))
         };
         let returned = pool.core.shutdown_now();
-        let scheduled = submitter.join().unwrap();
+        let scheduled = scheduler.join().unwrap();
         worker.join().unwrap();
         check_fate(scheduled, &ran, returned.len());
         drop(returned);
         drop(pool);
-        assert_eq!(drops.get(), 1, "closure dropped exactly once");
+        assert_dropped_once(&drops);
     });
 }
 
@@ -73,22 +62,8 @@ fn periodic_rearm_racing_shutdown_now() {
         let (ran, drops) = (Count::new(), Count::new());
         let pool = Arc::new(ModelPool::new(1));
         pool.core.driver_exited();
-        let future = {
-            let (ran, token) = (ran.clone(), drops.token());
-            pool.schedule_periodic(
-                move || {
-                    let _token = &token;
-                    ran.add();
-                },
-                0,
-                0,
-            )
-            .unwrap()
-        };
-        let worker = {
-            let pool = pool.clone();
-            thread::spawn(move || pool.run_one())
-        };
+        let future = pool.schedule_periodic(ran.each(&drops), 0, 0).unwrap();
+        let worker = pool.spawn_run_one();
         let returned = pool.core.shutdown_now();
         worker.join().unwrap();
         assert!(returned.len() <= 1);
@@ -107,12 +82,12 @@ fn periodic_rearm_racing_shutdown_now() {
         }
         drop(returned);
         drop(pool);
-        assert_eq!(drops.get(), 1, "closure dropped exactly once");
+        assert_dropped_once(&drops);
     });
 }
 
-/// Nothing starts after `shutdown_now` returns (`src/pool/worker.rs`: the `taking` flags that
-/// `WorkerSet::quiesce` waits for). A task due now sits in the injector while a worker looks for
+/// Nothing starts after `shutdown_now` returns (`src/pool/queues.rs`: the `taking` flags that
+/// `ReadyQueues::quiesce` waits for). A task due now sits in the injector while a worker looks for
 /// work. Once `shutdown_now` has returned, the task has either started (its `SCHEDULED ->
 /// RUNNING` CAS came first, so a cancel now finds it running and returns false) or been handed
 /// back (a cancel finds it ended): a cancel that still finds it waiting, and returns true, means
@@ -127,10 +102,7 @@ fn nothing_starts_after_shutdown_now_returns() {
             let ran = ran.clone();
             pool.schedule(move || ran.add(), 0).unwrap()
         };
-        let worker = {
-            let pool = pool.clone();
-            thread::spawn(move || pool.run_worker(0))
-        };
+        let worker = pool.spawn_worker(0);
         let returned = pool.core.shutdown_now();
         assert!(
             !task.cancel(),

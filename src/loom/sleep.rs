@@ -1,5 +1,5 @@
 //! Worker sleep and wake (`src/pool/sleep.rs`, with the real worker loop of
-//! `src/pool/worker.rs` and `Core::push_ready`).
+//! `src/pool/worker.rs` and `ReadyQueues::push`).
 //!
 //! - No lost wake-up: a push racing a worker going to sleep never leaves the task queued with
 //!   every worker asleep. If it did, the worker would park for good and the caller waiting for
@@ -22,13 +22,10 @@ fn stop(pool: &ModelPool) {
 fn push_racing_a_worker_going_to_sleep_is_not_lost() {
     model("push_racing_a_worker_going_to_sleep_is_not_lost", || {
         let pool = Arc::new(ModelPool::new(1));
-        let worker = {
-            let pool = pool.clone();
-            thread::spawn(move || pool.run_worker(0))
-        };
+        let worker = pool.spawn_worker(0);
         let ran = Count::new();
         let r = ran.clone();
-        // Core::submit -> route -> push_ready: injector push, notify(1).
+        // Core::schedule -> ReadyQueues::push: injector push, notify(1).
         let future = pool.schedule(move || r.add(), 0).unwrap();
         assert_eq!(future.join(), Ok(()), "the task ran");
         assert_eq!(ran.get(), 1);

@@ -92,7 +92,7 @@ fn one_shot_run_cancel_and_stop_three_way() {
         let stopper = {
             let task = task.clone();
             // shutdown_now's sweep: returns the closure if it won.
-            thread::spawn(move || match task.stop(Stop::Now) {
+            thread::spawn(move || match task.stop(Stop::ShutdownNow) {
                 Stopped::NotWaiting => None,
                 Stopped::HandedBack(_) => Some(true),
                 Stopped::Ended => Some(false),

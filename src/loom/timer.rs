@@ -3,7 +3,7 @@
 //! `Timer::reset`. Every model ends by checking that no wheel keeps an entry it should not.
 
 use super::shutdown::check_fate;
-use super::{model, Count, ModelPool, TICK};
+use super::{assert_dropped_once, model, Count, ModelPool, TICK};
 use crate::error::TaskError;
 use crate::sync::Arc;
 use crate::timer::home;
@@ -19,8 +19,8 @@ fn run_queued(pool: &ModelPool) -> usize {
     n
 }
 
-/// (a) Insert vs cancel on one shard. A task is cancelled while `Core::submit` puts it into its
-/// shard's wheel (`Timer::submit`: the `SCHEDULED` check under the shard lock) and the cancel
+/// (a) Insert vs cancel on one shard. A task is cancelled while `Core::schedule` puts it into its
+/// shard's wheel (`Timer::insert`: the `SCHEDULED` check under the shard lock) and the cancel
 /// unlinks by the recorded key under the same lock (`Timer::cancelled`). Proves: whichever
 /// takes the lock first, no wheel keeps an entry for the cancelled task, the closure is dropped
 /// exactly once, and the pool counts the task as ended.
@@ -33,7 +33,7 @@ fn insert_racing_cancel_leaves_no_entry() {
         let (task, future) = pool.prepare(move || drop(token), 5, 0);
         let inserter = {
             let pool = pool.clone();
-            thread::spawn(move || pool.submit(&task))
+            thread::spawn(move || pool.schedule_prepared(&task))
         };
         assert!(future.cancel(), "nothing runs the task: the cancel wins it");
         assert_eq!(inserter.join().unwrap(), Ok(()));
@@ -46,7 +46,7 @@ fn insert_racing_cancel_leaves_no_entry() {
         assert_eq!(pool.core.outstanding(), 0);
         assert_eq!(future.join(), Err(TaskError::Cancelled));
         drop(pool);
-        assert_eq!(drops.get(), 1, "closure dropped exactly once");
+        assert_dropped_once(&drops);
     });
 }
 
@@ -61,17 +61,7 @@ fn insert_racing_poll_and_cancel_ends_one_way() {
     model("insert_racing_poll_and_cancel_ends_one_way", || {
         let pool = Arc::new(ModelPool::new(1));
         let (ran, drops) = (Count::new(), Count::new());
-        let (task, future) = {
-            let (ran, token) = (ran.clone(), drops.token());
-            pool.prepare(
-                move || {
-                    let _token = token;
-                    ran.add();
-                },
-                0,
-                0,
-            )
-        };
+        let (task, future) = pool.prepare(ran.once(&drops), 0, 0);
         let inserter = {
             let pool = pool.clone();
             thread::spawn(move || pool.insert(&task))
@@ -111,7 +101,7 @@ fn insert_racing_poll_and_cancel_ends_one_way() {
         }
         drop(driver);
         drop(pool);
-        assert_eq!(drops.get(), 1, "closure dropped exactly once");
+        assert_dropped_once(&drops);
     });
 }
 
@@ -125,25 +115,16 @@ fn insert_racing_shutdown_now_ends_one_way() {
     model("insert_racing_shutdown_now_ends_one_way", || {
         let (ran, drops) = (Count::new(), Count::new());
         let pool = Arc::new(ModelPool::new(1));
-        let driver = {
-            let pool = pool.clone();
-            thread::spawn(move || pool.run_driver())
-        };
-        let submitter = {
-            let (pool, ran, token) = (pool.clone(), ran.clone(), drops.token());
+        let driver = pool.spawn_driver();
+        let scheduler = {
+            let (pool, task) = (pool.clone(), ran.once(&drops));
             thread::spawn(move || {
                 home::set(1);
-                pool.schedule(
-                    move || {
-                        let _token = token;
-                        ran.add();
-                    },
-                    5,
-                )
+                pool.schedule(task, 5)
             })
         };
         let returned = pool.core.shutdown_now();
-        let scheduled = submitter.join().unwrap();
+        let scheduled = scheduler.join().unwrap();
         driver.join().unwrap();
         assert_eq!(ran.get(), 0, "nothing is due");
         assert_eq!(pool.wheel_len(), 0, "an insert slipped in behind the stop");
@@ -151,7 +132,7 @@ fn insert_racing_shutdown_now_ends_one_way() {
         check_fate(scheduled, &ran, returned.len());
         drop(returned);
         drop(pool);
-        assert_eq!(drops.get(), 1, "closure dropped exactly once");
+        assert_dropped_once(&drops);
     });
 }
 
@@ -167,26 +148,9 @@ fn periodic_rearm_racing_graceful_sweep() {
     model("periodic_rearm_racing_graceful_sweep", || {
         let (ran, drops) = (Count::new(), Count::new());
         let pool = Arc::new(ModelPool::new(1));
-        let future = {
-            let (ran, token) = (ran.clone(), drops.token());
-            pool.schedule_periodic(
-                move || {
-                    let _token = &token;
-                    ran.add();
-                },
-                0,
-                1000,
-            )
-            .unwrap()
-        };
-        let worker = {
-            let pool = pool.clone();
-            thread::spawn(move || pool.run_worker(0))
-        };
-        let driver = {
-            let pool = pool.clone();
-            thread::spawn(move || pool.run_driver())
-        };
+        let future = pool.schedule_periodic(ran.each(&drops), 0, 1000).unwrap();
+        let worker = pool.spawn_worker(0);
+        let driver = pool.spawn_driver();
         pool.core.shutdown();
         driver.join().unwrap();
         worker.join().unwrap();
@@ -195,7 +159,7 @@ fn periodic_rearm_racing_graceful_sweep() {
         assert_eq!(pool.wheel_len(), 0, "a periodic entry was left in a wheel");
         assert!(future.is_done());
         assert_eq!(future.join(), Err(TaskError::Shutdown));
-        assert_eq!(drops.get(), 1, "closure dropped exactly once");
+        assert_dropped_once(&drops);
     });
 }
 
@@ -269,17 +233,7 @@ fn reset_racing_poll_and_cancel() {
     model("reset_racing_poll_and_cancel", || {
         let pool = Arc::new(ModelPool::new(1));
         let (ran, drops, rebased) = (Count::new(), Count::new(), Count::new());
-        let (task, future) = {
-            let (ran, token) = (ran.clone(), drops.token());
-            pool.prepare(
-                move || {
-                    let _token = token;
-                    ran.add();
-                },
-                0,
-                0,
-            )
-        };
+        let (task, future) = pool.prepare(ran.once(&drops), 0, 0);
         pool.insert(&task).unwrap();
         // Set once cancel has returned (records the interleaving; not part of any protocol).
         let cancel_returned = std::sync::Arc::new(AtomicBool::new(false));
@@ -326,21 +280,8 @@ fn due_insert_racing_dispatch_and_shutdown_now() {
     model("due_insert_racing_dispatch_and_shutdown_now", || {
         let (ran, drops) = (Count::new(), Count::new());
         let pool = Arc::new(ModelPool::new(1));
-        let (task, future) = {
-            let (ran, token) = (ran.clone(), drops.token());
-            pool.prepare(
-                move || {
-                    let _token = token;
-                    ran.add();
-                },
-                0,
-                1,
-            )
-        };
-        let driver = {
-            let pool = pool.clone();
-            thread::spawn(move || pool.run_driver())
-        };
+        let (task, future) = pool.prepare(ran.once(&drops), 0, 1);
+        let driver = pool.spawn_driver();
         let inserter = {
             let pool = pool.clone();
             thread::spawn(move || pool.insert(&task))
@@ -350,13 +291,13 @@ fn due_insert_racing_dispatch_and_shutdown_now() {
         driver.join().unwrap();
         assert_eq!(pool.wheel_len(), 0, "an entry was left in a wheel");
         assert!(
-            !pool.core.workers.has_work(),
+            !pool.core.queues.has_work(),
             "a task was left in a run queue"
         );
         assert_eq!(pool.core.outstanding(), 0);
         check_fate(inserted.map(|()| future), &ran, returned.len());
         drop(returned);
         drop(pool);
-        assert_eq!(drops.get(), 1, "closure dropped exactly once");
+        assert_dropped_once(&drops);
     });
 }

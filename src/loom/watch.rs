@@ -19,7 +19,7 @@ use loom::thread;
 
 /// The worker's side: register as watcher 0 and read the tick to park until.
 fn watcher(pool: &ModelPool) -> Option<u64> {
-    assert!(pool.core.workers.sleep.become_watcher(0));
+    assert!(pool.core.queues.sleep.become_watcher(0));
     pool.core.timer.watch_tick()
 }
 

@@ -1,16 +1,16 @@
 //! `Builder`: configure and start a pool.
 
-use super::core::{Core, PanicHandler};
-use super::hooks::{self, StartLatch, ThreadHooks};
-use super::worker::WorkerSet;
+use super::config::Config;
+use super::core::{Core, Parts};
+use super::threads::{self, ThreadHooks};
 use super::ScheduledThreadPool;
 use crate::error::BuildError;
+use crate::panic::PanicHandler;
 use crate::sync::Arc;
 use crate::task::MissedTicks;
-use crate::timer::{driver, Clock, ClockListener, ManualClock, TimeBase, Timer};
+use crate::timer::{Clock, ManualClock};
 use std::any::Any;
 use std::fmt;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// The default tick: fine enough for RPC timeouts, coarse enough to batch expirations.
@@ -355,6 +355,8 @@ impl Builder {
     /// assert_eq!(runs_with(MissedTicks::Skip), (1, 2)); // 10, then 50
     /// assert_eq!(runs_with(MissedTicks::Delay), (1, 1)); // 10, then 55
     /// ```
+    // The example mirrors `PeriodicOptions::missed_ticks`' on purpose: the same policy, set for
+    // the pool here and for one task there; each public item carries its own example.
     pub fn missed_ticks(mut self, policy: MissedTicks) -> Self {
         self.missed_ticks = policy;
         self
@@ -486,107 +488,19 @@ impl Builder {
         if self.name.contains('\0') {
             return Err(BuildError::thread_name_has_nul());
         }
-        let clock = match &self.clock {
-            Some(c) => Clock::Manual(c.clone()),
+        let clock = match self.clock {
+            Some(c) => Clock::Manual(c),
             None => Clock::System,
         };
-        let timer = Timer::new(TimeBase::new(clock, self.tick), threads);
-        let (set, locals) = WorkerSet::new(threads);
-        let core = Arc::new(Core::new(
-            timer,
-            set,
-            threads + 1,
-            self.max_pending,
-            self.panic_handler,
-            self.missed_ticks,
-        ));
-        if let Some(c) = &self.clock {
-            let listener: Arc<dyn ClockListener> = core.clone();
-            c.register(Arc::downgrade(&listener));
-        }
-        let refs = Core::attach(&core);
-        start_threads(&core, &self.name, locals, &self.hooks)
+        let config = Config {
+            max_pending: self.max_pending,
+            panic_handler: self.panic_handler,
+            missed_ticks: self.missed_ticks,
+            ..Config::new(threads, clock, self.tick)
+        };
+        let Parts { core, refs, deques } = Core::new(config);
+        threads::start(&core, &self.name, deques, &self.hooks)
             .map(|handles| ScheduledThreadPool::from_parts(core, refs, handles))
-    }
-}
-
-/// Spawns the timer thread, then the workers; on failure stops and joins what started.
-fn start_threads(
-    core: &Arc<Core>,
-    name: &str,
-    locals: Vec<crate::sync::Worker<crate::task::TaskRef>>,
-    hooks: &ThreadHooks,
-) -> Result<Vec<JoinHandle<()>>, BuildError> {
-    let workers = locals.len();
-    let total = workers + 1;
-    let latch = StartLatch::new();
-    let mut handles = Vec::with_capacity(total);
-    let c = core.clone();
-    let spawned = std::thread::Builder::new()
-        .name(format!("{name}-timer"))
-        .spawn(move || {
-            let _exit = ExitGuard {
-                core: &c,
-                driver: true,
-            };
-            driver::run(c.clone());
-        });
-    match spawned {
-        Ok(h) => handles.push(h),
-        Err(e) => {
-            core.driver_exited();
-            (0..total).for_each(|_| core.thread_exited());
-            return Err(BuildError::spawn(e));
-        }
-    }
-    for (index, deque) in locals.into_iter().enumerate() {
-        let c = core.clone();
-        let (hooks, latch) = (hooks.clone(), latch.clone());
-        let spawned = std::thread::Builder::new()
-            .name(format!("{name}-{index}"))
-            .spawn(move || {
-                let _exit = ExitGuard {
-                    core: &c,
-                    driver: false,
-                };
-                hooks::run_worker(c.clone(), index, deque, hooks, latch);
-            });
-        match spawned {
-            Ok(h) => handles.push(h),
-            Err(e) => {
-                (handles.len()..total).for_each(|_| core.thread_exited());
-                stop_and_join(core, handles);
-                return Err(BuildError::spawn(e));
-            }
-        }
-    }
-    if let Some(message) = latch.wait(workers) {
-        stop_and_join(core, handles);
-        return Err(BuildError::thread_start_panicked(message));
-    }
-    Ok(handles)
-}
-
-/// Stops a pool that failed to start and joins the threads it had.
-fn stop_and_join(core: &Arc<Core>, handles: Vec<JoinHandle<()>>) {
-    drop(core.shutdown_now());
-    for h in handles {
-        let _ = h.join();
-    }
-}
-
-/// Runs a pool thread's exit bookkeeping even if the thread unwinds.
-struct ExitGuard<'a> {
-    core: &'a Arc<Core>,
-    driver: bool,
-}
-
-impl Drop for ExitGuard<'_> {
-    fn drop(&mut self) {
-        if self.driver {
-            self.core.driver_exited();
-        }
-        self.core.thread_exited();
     }
 }
 
@@ -596,6 +510,8 @@ impl Default for Builder {
     }
 }
 
+/// By hand, like every `Debug` of a type that holds closures: the panic handler and the hooks
+/// show only whether they are set.
 impl fmt::Debug for Builder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Builder")

@@ -16,8 +16,40 @@
 //!   cells, the later one's sum sees both decrements (see `Core::task_ended`).
 //! - The other counters are statistics: Relaxed, read one by one.
 
-use super::PoolStats;
 use crate::sync::{AtomicU64, AtomicUsize, CachePadded, Ordering};
+
+/// A snapshot of a pool's counters (each read on its own, so they may be a moment apart).
+///
+/// # Examples
+///
+/// ```
+/// use wheelpool::ScheduledThreadPool;
+/// use std::time::Duration;
+///
+/// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+/// let f = pool.schedule(|| (), Duration::from_secs(60)).unwrap();
+/// assert_eq!(pool.stats().pending, 1);
+/// f.cancel();
+/// assert_eq!(pool.stats().cancelled, 1);
+/// assert_eq!(pool.stats().pending, 0);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct PoolStats {
+    /// Tasks waiting to run: in the wheel, in transit, or queued for a worker.
+    pub pending: usize,
+    /// Runs in progress.
+    pub running: usize,
+    /// Runs that returned normally: every run of a periodic task counts, and so does a run
+    /// during which its task was cancelled.
+    pub completed: u64,
+    /// Tasks whose future ended `Cancelled` or `Shutdown` (not `Panicked`): cancelled while
+    /// waiting or while running, returned by `shutdown_now`, or periodic tasks stopped by
+    /// `shutdown`.
+    pub cancelled: u64,
+    /// Runs that panicked (each one also went to the panic handler).
+    pub panicked: u64,
+}
 
 /// One thread's share of the counters.
 #[derive(Debug, Default)]

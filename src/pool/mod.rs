@@ -1,30 +1,73 @@
-//! The public face: `ScheduledThreadPool`, its `Handle`, its `Builder` and `PoolStats`.
+//! The public face: `ScheduledThreadPool`, its `Handle`, its `Builder` and `PoolStats`; below
+//! it, one idea per file, each importing only files below it:
+//!
+//! ```text
+//! mod.rs       ScheduledThreadPool, PoolStats: the public face
+//! builder.rs   Builder: checks the settings, makes a Config
+//! handle.rs    Handle: the scheduling methods, written once
+//! future.rs    ScheduledFuture, CancelHandle
+//! schedule.rs  the generic front of scheduling: builds a task, hands it to the core
+//! threads.rs   starts the timer thread and the workers (hooks, start latch, exit bookkeeping)
+//! worker.rs    a worker's loop: take, run, search, sleep, watch the timer
+//! run.rs       a task's run on a worker, and the RunEnv it sees
+//! core.rs      Core: a task's bookkeeping through the pool (schedule, cancel, stop, shut down)
+//! config.rs    Config: what a core is made from
+//! queues.rs    the ready queues (injector, per-worker deques) and the `taking` flags
+//! sleep.rs     how idle workers sleep and wake
+//! shutdown.rs  what the timer thread hands back, and termination
+//! counters.rs  the per-thread counters behind PoolStats
+//! lifecycle.rs the pool's typed atomic lifecycle
+//! ```
+//!
+//! A task moves one way: scheduled (`schedule.rs`, `Core::schedule`), inserted into a timer
+//! shard's wheel (`Timer::insert`) unless due now, pushed to a ready queue when due (by the
+//! scheduler, the timer thread or the watcher), then run by a worker (`run::run_task`).
 
 mod builder;
+mod config;
 mod core;
 mod counters;
 mod future;
 mod handle;
-mod hooks;
+mod lifecycle;
+mod queues;
+mod run;
+mod schedule;
+mod shutdown;
 mod sleep;
-pub(crate) mod submit;
-pub(crate) mod worker;
+mod threads;
+mod worker;
 
+use self::core::Core;
+pub(crate) use self::core::CoreRef;
+/// The cluster module reports panics through the crate's one panic module.
 #[cfg(feature = "postgres")]
-pub(crate) use self::core::panic_message;
-pub(crate) use self::core::{Core, CoreRef};
+pub(crate) use crate::panic::panic_message;
 pub use builder::Builder;
+pub use counters::PoolStats;
 pub use future::{CancelHandle, ScheduledFuture};
 pub use handle::Handle;
 
 use crate::sync::Arc;
 use crate::task::PendingTask;
+
+/// What the loom models reach inside the pool (they live in `src/loom/`, beside the crate, and
+/// drive the pool's own functions step by step).
+#[cfg(all(test, wheelpool_loom))]
+pub(crate) mod model {
+    pub(crate) use super::config::Config;
+    pub(crate) use super::core::{Core, Parts};
+    pub(crate) use super::run::run_task;
+    pub(crate) use super::schedule::{one_shot, schedule_job, When};
+    pub(crate) use super::worker::run as run_worker;
+}
 use std::fmt;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// A scheduled thread pool: one timer thread keeps delays in a hierarchical timing wheel, and a
-/// work-stealing set of workers runs what is due.
+/// A scheduled thread pool: one timer thread keeps delays in hierarchical timing wheels (one per
+/// shard, so producers on different threads rarely meet on a lock), and a work-stealing set of
+/// workers runs what is due.
 ///
 /// Build one with [`ScheduledThreadPool::new`] (one worker per CPU, 1 ms tick) or
 /// [`ScheduledThreadPool::builder`]. Schedule with [`execute`](Handle::execute),
@@ -59,39 +102,6 @@ pub struct ScheduledThreadPool {
     /// The per-shard references futures keep to the core (`CoreRef`); the core holds only
     /// weak ones, so once the pool and every future are gone the core goes too.
     _refs: Box<[Arc<CoreRef>]>,
-}
-
-/// A snapshot of a pool's counters (each read on its own, so they may be a moment apart).
-///
-/// # Examples
-///
-/// ```
-/// use wheelpool::ScheduledThreadPool;
-/// use std::time::Duration;
-///
-/// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
-/// let f = pool.schedule(|| (), Duration::from_secs(60)).unwrap();
-/// assert_eq!(pool.stats().pending, 1);
-/// f.cancel();
-/// assert_eq!(pool.stats().cancelled, 1);
-/// assert_eq!(pool.stats().pending, 0);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct PoolStats {
-    /// Tasks waiting to run: in the wheel, in transit, or queued for a worker.
-    pub pending: usize,
-    /// Runs in progress.
-    pub running: usize,
-    /// Runs that returned normally: every run of a periodic task counts, and so does a run
-    /// during which its task was cancelled.
-    pub completed: u64,
-    /// Tasks whose future ended `Cancelled` or `Shutdown` (not `Panicked`): cancelled while
-    /// waiting or while running, returned by `shutdown_now`, or periodic tasks stopped by
-    /// `shutdown`.
-    pub cancelled: u64,
-    /// Runs that panicked (each one also went to the panic handler).
-    pub panicked: u64,
 }
 
 impl ScheduledThreadPool {
@@ -221,8 +231,8 @@ impl ScheduledThreadPool {
     /// assert!(pool.is_terminated());
     /// ```
     pub fn await_termination(&self, timeout: Duration) -> bool {
-        self.core()
-            .await_termination(Instant::now().checked_add(timeout))
+        let deadline = Instant::now().checked_add(timeout);
+        self.core().termination.await_termination(deadline)
     }
 
     /// True once [`shutdown`](Self::shutdown) or [`shutdown_now`](Self::shutdown_now) was called.
@@ -251,7 +261,7 @@ impl ScheduledThreadPool {
     /// assert!(pool.await_termination(Duration::from_secs(10)) && pool.is_terminated());
     /// ```
     pub fn is_terminated(&self) -> bool {
-        self.core().is_terminated()
+        self.core().termination.is_terminated()
     }
 
     /// The pool's counters.
@@ -264,7 +274,7 @@ impl ScheduledThreadPool {
     /// assert_eq!(pool.stats().completed, 1);
     /// ```
     pub fn stats(&self) -> PoolStats {
-        self.core().stats()
+        self.core().counters.stats()
     }
 }
 
@@ -275,7 +285,7 @@ impl Drop for ScheduledThreadPool {
     /// and a pool dropped while its thread unwinds from another panic does not abort.
     fn drop(&mut self) {
         for pending in self.core().shutdown_now() {
-            crate::task::drop_user(pending);
+            crate::panic::drop_user(pending);
         }
         let me = std::thread::current().id();
         for t in self.threads.drain(..) {

@@ -69,7 +69,9 @@ pub(crate) struct Sleep {
     searching: CachePadded<AtomicUsize>,
     /// The sleeper that watches the timer's next tick (`NONE`: nobody).
     watcher: CachePadded<AtomicUsize>,
-    parkers: Box<[Parker]>,
+    /// One per worker, each on its own cache line: a worker parks on its own and pushers
+    /// unpark others', so unpadded neighbours in this slice shared lines between threads.
+    parkers: Box<[CachePadded<Parker>]>,
 }
 
 impl Sleep {
@@ -79,7 +81,9 @@ impl Sleep {
             num_sleeping: CachePadded::new(AtomicUsize::new(0)),
             searching: CachePadded::new(AtomicUsize::new(0)),
             watcher: CachePadded::new(AtomicUsize::new(NONE)),
-            parkers: (0..workers).map(|_| Parker::new()).collect(),
+            parkers: (0..workers)
+                .map(|_| CachePadded::new(Parker::new()))
+                .collect(),
         }
     }
 

@@ -3,25 +3,11 @@
 use super::state::{End, Snapshot};
 use super::{Cancelled, Header, Job, RawTask, RunEnv, RunOutcome, Stop, Stopped, TaskResult};
 use crate::error::TaskError;
+use crate::panic::{broken_invariant, drop_user};
 use crate::sync::Mutex;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
-
-/// An internal invariant broke: state would be corrupt if we went on, so stop the process loudly.
-#[cold]
-#[inline(never)]
-pub(crate) fn broken_invariant(what: &str) -> ! {
-    eprintln!("wheelpool: internal invariant broken: {what}; aborting");
-    std::process::abort()
-}
-
-/// Drops a user value (a closure, what it captured, or a result nobody will read) so that a
-/// panicking `Drop` cannot unwind into pool code and leave its bookkeeping half done. The std
-/// panic hook has already printed such a panic; there is nobody else to tell.
-pub(crate) fn drop_user<T>(value: T) {
-    let _ = catch_unwind(AssertUnwindSafe(move || drop(value)));
-}
 
 /// Where the closure or its result is. Guarded by `TaskCell::body`.
 enum Stage<J: Job> {
@@ -162,7 +148,7 @@ impl<J: Job> RawTask for TaskCell<J> {
             return RunOutcome::NotStarted;
         }
         let mut job = self.take_job();
-        env.claim_settled(); // the last thing before user code: the run starts now
+        env.claim_decided(); // the last thing before user code: the run starts now
         let result = catch_unwind(AssertUnwindSafe(|| job.call())).map_err(|p| env.report_panic(p));
         let go_on = match &result {
             Ok(_) => true,
@@ -171,7 +157,7 @@ impl<J: Job> RawTask for TaskCell<J> {
         if J::PERIODIC && go_on && !job.ended() {
             if env.stopping() {
                 let ran_ok = result.is_ok();
-                return self.finish_run(env, job, End::ShutDown, Err(TaskError::Shutdown), ran_ok);
+                return self.finish_run(env, job, End::Shutdown, Err(TaskError::Shutdown), ran_ok);
             }
             let now = env.now_nanos();
             if let Some(next) = job.plan_next(now) {
@@ -211,15 +197,15 @@ impl<J: Job> RawTask for TaskCell<J> {
 
     fn stop(&self, why: Stop) -> Stopped {
         let (to, err) = match why {
-            Stop::Now => (End::Cancelled, TaskError::Cancelled),
-            Stop::Shutdown => (End::ShutDown, TaskError::Shutdown),
+            Stop::ShutdownNow => (End::Cancelled, TaskError::Cancelled),
+            Stop::Shutdown => (End::Shutdown, TaskError::Shutdown),
         };
         if !self.header.state.end_waiting(to) {
             return Stopped::NotWaiting;
         }
         let (job, waker) = self.finish_waiting(Err(err));
         let stopped = match why {
-            Stop::Now => Stopped::HandedBack(job.into_pending()),
+            Stop::ShutdownNow => Stopped::HandedBack(job.into_pending()),
             Stop::Shutdown => {
                 drop_user(job);
                 Stopped::Ended

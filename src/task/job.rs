@@ -56,7 +56,7 @@ where
     fn call(&mut self) -> T {
         match self.0.take() {
             Some(f) => f(),
-            None => crate::task::cell::broken_invariant("a one-shot job ran twice"),
+            None => crate::panic::broken_invariant("a one-shot job ran twice"),
         }
     }
 
@@ -69,7 +69,7 @@ where
     fn into_pending(self) -> PendingTask {
         match self.0 {
             Some(f) => PendingTask::new(false, Box::new(move || drop(f()))),
-            None => crate::task::cell::broken_invariant("a run one-shot job was handed back"),
+            None => crate::panic::broken_invariant("a run one-shot job was handed back"),
         }
     }
 }

@@ -16,7 +16,7 @@ pub(crate) mod state;
 pub use pending::PendingTask;
 pub use periodic::{MissedTicks, PeriodicOptions};
 
-pub(crate) use cell::{broken_invariant, drop_user, TaskCell};
+pub(crate) use cell::TaskCell;
 pub(crate) use job::{Job, OneShot};
 
 use crate::error::TaskError;
@@ -40,11 +40,11 @@ pub(crate) trait RunEnv {
     /// `ran_ok` says that run returned normally. Called before the future completes, so the
     /// pool's counters already agree when `join` returns.
     fn run_ending(&self, end: state::End, ran_ok: bool);
-    /// The task's fate is settled: its `SCHEDULED -> RUNNING` CAS won (called just before the
+    /// The task's fate is decided: its `SCHEDULED -> RUNNING` CAS won (called just before the
     /// closure is called, after the run's own bookkeeping), or it will not start. A worker
     /// lowers its `taking` flag here, which `shutdown_now` waits for. May be called more than
     /// once.
-    fn claim_settled(&self) {}
+    fn claim_decided(&self) {}
 }
 
 /// What became of a task after a worker ran it.
@@ -55,7 +55,7 @@ pub(crate) enum RunOutcome {
     /// The task ran and ended in this terminal state.
     Finished(state::End),
     /// A periodic task ran (`panicked`: that run panicked and the task survives panics) and is
-    /// `SCHEDULED` again for `header().deadline()`: resubmit it.
+    /// `SCHEDULED` again for `header().deadline()`: schedule it again.
     /// `now`: the clock reading the next deadline was planned from (one read serves both).
     Rearm { panicked: bool, now: u64 },
 }
@@ -75,7 +75,7 @@ pub(crate) enum Cancelled {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stop {
     /// `shutdown_now`: the task ends `Cancelled` and its closure goes back to the caller.
-    Now,
+    ShutdownNow,
     /// A periodic task at shutdown, or a task the pool could not accept after all: it ends
     /// `Shutdown` and its closure is dropped.
     Shutdown,
@@ -86,9 +86,9 @@ pub(crate) enum Stop {
 pub(crate) enum Stopped {
     /// It was not waiting (running, finished, or someone else won it): nothing changed.
     NotWaiting,
-    /// [`Stop::Now`] won it: it ended `Cancelled`; here is its closure for the caller.
+    /// [`Stop::ShutdownNow`] won it: it ended `Cancelled`; here is its closure for the caller.
     HandedBack(PendingTask),
-    /// [`Stop::Shutdown`] won it: it ended `ShutDown`; its closure was dropped.
+    /// [`Stop::Shutdown`] won it: it ended `Shutdown`; its closure was dropped.
     Ended,
 }
 
@@ -162,7 +162,7 @@ pub(crate) trait RawTask: Send + Sync + 'static {
     /// A reset moved the waiting task's next run to `deadline`: re-bases its plan (a fixed-rate
     /// grid, a dynamic rate) under the task's body lock. Does nothing unless the closure is in
     /// the task (waiting). The caller holds the timer lock that keeps the task from being
-    /// dispatched meanwhile, and sets the header's deadline itself.
+    /// pushed to the workers meanwhile, and sets the header's deadline itself.
     fn rebase(&self, deadline: u64);
 }
 

@@ -8,7 +8,7 @@
 //!                  run()     run returns (one-shot; dynamic: its closure returned None)
 //!  SCHEDULED ──────────────► RUNNING ────────────────────────────► COMPLETED | PANICKED
 //!   │    ▲                    │  │  run returns (periodic) while the pool shuts down
-//!   │    │ re-arm (periodic)  │  └───────────────────────────────► SHUT_DOWN
+//!   │    │ re-arm (periodic)  │  └───────────────────────────────► SHUTDOWN
 //!   │    └────────────────────┤
 //!   │                         │ cancel()
 //!   │                         ▼
@@ -16,15 +16,15 @@
 //!   │ cancel(), or shutdown_now() handing it back
 //!   ├────────────────────────────────────────────────────────────► CANCELLED
 //!   │ shutdown() of a periodic task, or a schedule refused by a shutdown
-//!   └────────────────────────────────────────────────────────────► SHUT_DOWN
+//!   └────────────────────────────────────────────────────────────► SHUTDOWN
 //! ```
 //!
 //! - `SCHEDULED`: waiting (in its shard's wheel, or a run queue). Exactly one of a worker
 //!   (`SCHEDULED -> RUNNING`), a canceller or `shutdown_now` (`-> CANCELLED`) or a graceful
-//!   shutdown (`-> SHUT_DOWN`) wins the CAS out of it; the winner owns what happens next.
+//!   shutdown (`-> SHUTDOWN`) wins the CAS out of it; the winner owns what happens next.
 //! - `RUNNING`: one worker is running the closure. Only that worker leaves this state, except a
 //!   canceller, which may mark it `RUNNING_CANCELLED`.
-//! - Terminal states (`COMPLETED`, `CANCELLED`, `PANICKED`, `SHUT_DOWN`) never change again. The
+//! - Terminal states (`COMPLETED`, `CANCELLED`, `PANICKED`, `SHUTDOWN`) never change again. The
 //!   thread that enters a terminal state also stores the result under the task's body lock.
 //!
 //! Orderings: every transition is `AcqRel` (it hands the task's body from one thread to the next);
@@ -32,15 +32,18 @@
 
 use crate::sync::{AtomicU8, Ordering};
 
-// The bytes behind the states. They never leave this file: other modules see `Snapshot`s and
-// call named transitions.
-const SCHEDULED: u8 = 0;
-const RUNNING: u8 = 1;
-const RUNNING_CANCELLED: u8 = 2;
-const COMPLETED: u8 = 3;
-const CANCELLED: u8 = 4;
-const PANICKED: u8 = 5;
-const SHUT_DOWN: u8 = 6;
+/// A state as the atomic stores it. It never leaves this file: other modules see `Snapshot`s and
+/// call named transitions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Byte(u8);
+
+const SCHEDULED: Byte = Byte(0);
+const RUNNING: Byte = Byte(1);
+const RUNNING_CANCELLED: Byte = Byte(2);
+const COMPLETED: Byte = Byte(3);
+const CANCELLED: Byte = Byte(4);
+const PANICKED: Byte = Byte(5);
+const SHUTDOWN: Byte = Byte(6);
 
 /// How a task ended: its terminal state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,16 +55,16 @@ pub(crate) enum End {
     /// A run panicked and the task stopped.
     Panicked,
     /// Stopped by the pool's shutdown before it could run (again).
-    ShutDown,
+    Shutdown,
 }
 
 impl End {
-    fn byte(self) -> u8 {
+    fn byte(self) -> Byte {
         match self {
             End::Completed => COMPLETED,
             End::Cancelled => CANCELLED,
             End::Panicked => PANICKED,
-            End::ShutDown => SHUT_DOWN,
+            End::Shutdown => SHUTDOWN,
         }
     }
 }
@@ -80,7 +83,7 @@ pub(crate) enum Snapshot {
 }
 
 impl Snapshot {
-    fn of(byte: u8) -> Snapshot {
+    fn of(byte: Byte) -> Snapshot {
         match byte {
             SCHEDULED => Snapshot::Scheduled,
             RUNNING => Snapshot::Running,
@@ -88,7 +91,7 @@ impl Snapshot {
             COMPLETED => Snapshot::Ended(End::Completed),
             CANCELLED => Snapshot::Ended(End::Cancelled),
             PANICKED => Snapshot::Ended(End::Panicked),
-            _ => Snapshot::Ended(End::ShutDown),
+            _ => Snapshot::Ended(End::Shutdown),
         }
     }
 
@@ -101,7 +104,7 @@ impl Snapshot {
     pub(crate) fn is_cancelled(self) -> bool {
         matches!(
             self,
-            Snapshot::RunningCancelled | Snapshot::Ended(End::Cancelled | End::ShutDown)
+            Snapshot::RunningCancelled | Snapshot::Ended(End::Cancelled | End::Shutdown)
         )
     }
 }
@@ -112,12 +115,12 @@ pub(crate) struct State(AtomicU8);
 
 impl State {
     pub(crate) fn new() -> Self {
-        State(AtomicU8::new(SCHEDULED))
+        State(AtomicU8::new(SCHEDULED.0))
     }
 
     pub(crate) fn load(&self) -> Snapshot {
         // Acquire: pairs with the AcqRel transitions below.
-        Snapshot::of(self.0.load(Ordering::Acquire))
+        Snapshot::of(Byte(self.0.load(Ordering::Acquire)))
     }
 
     /// True while the task waits to run.
@@ -126,10 +129,10 @@ impl State {
     }
 
     /// Moves `from -> to`; true if this call made the change.
-    fn transition(&self, from: u8, to: u8) -> bool {
+    fn transition(&self, from: Byte, to: Byte) -> bool {
         // AcqRel: the winner takes over the body the previous owner released.
         self.0
-            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Acquire)
+            .compare_exchange(from.0, to.0, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
     }
 
@@ -164,7 +167,7 @@ impl State {
     pub(crate) fn finish_cancelled_run(&self) {
         debug_assert_eq!(self.load(), Snapshot::RunningCancelled);
         // Release: pairs with the Acquire in `load`, publishing the result stored before it.
-        self.0.store(CANCELLED, Ordering::Release);
+        self.0.store(CANCELLED.0, Ordering::Release);
     }
 }
 
@@ -188,12 +191,12 @@ mod tests {
 
     #[test]
     fn bytes_and_snapshots_agree() {
-        for end in [End::Completed, End::Cancelled, End::Panicked, End::ShutDown] {
+        for end in [End::Completed, End::Cancelled, End::Panicked, End::Shutdown] {
             assert_eq!(Snapshot::of(end.byte()), Snapshot::Ended(end));
             assert!(Snapshot::of(end.byte()).is_terminal());
         }
         assert!(!Snapshot::of(SCHEDULED).is_terminal());
         assert!(!Snapshot::of(RUNNING).is_cancelled());
-        assert!(Snapshot::of(SHUT_DOWN).is_cancelled());
+        assert!(Snapshot::of(SHUTDOWN).is_cancelled());
     }
 }

@@ -61,7 +61,7 @@ struct ManualInner {
     advancing: Mutex<()>,
 }
 
-thread_local! {
+crate::sync::thread_local! {
     /// On a thread of a pool that runs on a manual clock: that clock's address (0 elsewhere). An
     /// `advance` of that clock from a task must not wait for the pool it runs on; an advance of
     /// another clock, or from a pool on the system clock, waits as usual.
@@ -287,6 +287,14 @@ impl Clock {
 
     pub(crate) fn is_manual(&self) -> bool {
         matches!(self, Clock::Manual(_))
+    }
+
+    /// The manual clock, if it is one.
+    pub(crate) fn manual(&self) -> Option<&ManualClock> {
+        match self {
+            Clock::System => None,
+            Clock::Manual(m) => Some(m),
+        }
     }
 }
 

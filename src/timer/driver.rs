@@ -6,10 +6,11 @@
 //! again at once; otherwise announce the sleep tick, fence, re-read every hint, and park (ground
 //! rules in `timer/mod.rs`).
 
-use super::{clear_keys, duration_nanos, Gate, Host, Lifecycle, Timer, AWAKE, CHUNK};
+use super::{clear_keys, duration_nanos, Gate, Host, Lifecycle, PoolId, Timer, AWAKE, CHUNK};
 use crate::sync::{fence, Arc, Ordering};
 use crate::task::TaskRef;
 use crate::wheel::Wheel;
+use std::cell::Cell;
 use std::time::Duration;
 
 /// How long before a deadline the driver tells the watcher of it at the latest (see
@@ -28,25 +29,20 @@ pub(crate) struct Driver {
     sweep: Option<Vec<Option<usize>>>,
 }
 
-#[cfg(not(wheelpool_loom))]
-std::thread_local! {
-    /// On a timer thread: the address of its pool (0 elsewhere).
-    static TIMER_OF: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
-}
-#[cfg(wheelpool_loom)]
-loom::thread_local! {
-    static TIMER_OF: std::cell::Cell<usize> = std::cell::Cell::new(0);
+crate::sync::thread_local! {
+    /// On a timer thread: its pool's id (`None` elsewhere).
+    static TIMER_OF: Cell<Option<PoolId>> = const { Cell::new(None) };
 }
 
-/// True on the timer thread of the pool whose host lives at `host`.
-pub(crate) fn on_timer_thread_of(host: *const ()) -> bool {
-    TIMER_OF.with(|t| t.get() == host as usize)
+/// True on the timer thread of pool `id`.
+pub(crate) fn on_timer_thread_of(id: PoolId) -> bool {
+    TIMER_OF.with(|t| t.get() == Some(id))
 }
 
 /// The timer thread's body.
 pub(crate) fn run(host: Arc<dyn Host>) {
     super::mark_pool_thread(&host.timer().time.clock);
-    TIMER_OF.with(|t| t.set(Arc::as_ptr(&host) as *const () as usize));
+    TIMER_OF.with(|t| t.set(Some(host.id())));
     Driver::new(host).run();
 }
 
@@ -76,12 +72,12 @@ impl Driver {
         self.mark_awake();
         let pass = timer.settle.as_ref().map(|s| s.pass_start());
         let life = host.lifecycle();
-        if life == Lifecycle::Stop {
+        if life == Lifecycle::ShutdownNow {
             self.stop_now();
             return true;
         }
         let mut more = life == Lifecycle::Shutdown && self.sweep_step();
-        let (unfinished, dispatched) = self.poll_step();
+        let (unfinished, pushed) = self.poll_step();
         more |= unfinished;
         if more {
             return false;
@@ -94,7 +90,7 @@ impl Driver {
             let (Ok(next) | Err(next)) = checked;
             s.report(
                 pass,
-                dispatched,
+                pushed,
                 next.map(|tick| timer.time.nanos_of_tick(tick)),
             );
         }
@@ -120,7 +116,7 @@ impl Driver {
         let timer = host.timer();
         let now = timer.time.tick_floor(timer.time.now_nanos());
         let mut more = false;
-        let mut dispatched = 0;
+        let mut pushed = 0;
         for (i, cell) in timer.shards.iter().enumerate() {
             let hint = cell.hint();
             if hint.is_none_or(|h| h > now) {
@@ -132,17 +128,17 @@ impl Driver {
             let (unfinished, next) = cell.poll_chunk(&mut cell.lock(), now, &mut self.due);
             more |= unfinished;
             self.next[i] = next;
-            dispatched += self.dispatch();
+            pushed += self.push_due();
         }
-        (more, dispatched)
+        (more, pushed)
     }
 
-    /// Hands the due tasks to the workers (those a cancel has not won); returns how many.
-    fn dispatch(&mut self) -> usize {
+    /// Pushes the due tasks (those a cancel has not won) to the ready queues; returns how many.
+    fn push_due(&mut self) -> usize {
         self.due.retain(|t| t.header().state.is_scheduled());
         let n = self.due.len();
         if n > 0 {
-            self.host.dispatch(&mut self.due);
+            self.host.push_due(&mut self.due);
         }
         self.due.clear();
         n
@@ -237,7 +233,7 @@ impl Driver {
                 clear_keys(&self.due);
             }
             more |= sweep[i].is_some();
-            self.dispatch();
+            self.push_due();
         }
         self.sweep = Some(sweep);
         more

@@ -75,15 +75,17 @@
 //!   above changes) and nudges on that pass. An idle pool given a timer an hour away wakes no
 //!   worker for it.
 //! - A watcher only polls while the pool is running and under its `taking` flag, so
-//!   `shutdown_now` sweeps whatever it took out of a wheel (see `pool/worker.rs`). With a manual
+//!   `shutdown_now` sweeps whatever it took out of a wheel (see `pool/queues.rs`). With a manual
 //!   clock nobody watches: the driver alone settles time.
 
 mod clock;
 pub(crate) mod driver;
+pub(crate) mod home;
 mod settle;
 
 pub use clock::ManualClock;
 pub(crate) use clock::{duration_nanos, mark_pool_thread, Clock, ClockListener, TimeBase};
+pub(crate) use home::PoolId;
 pub(crate) use settle::Settle;
 
 use crate::sync::{fence, AtomicBool, AtomicU64, CachePadded, Mutex, MutexGuard, Ordering, Parker};
@@ -109,18 +111,20 @@ pub(crate) enum Lifecycle {
     /// `shutdown`: no new tasks; waiting one-shots still run; periodic tasks stop.
     Shutdown,
     /// `shutdown_now`: nothing new starts.
-    Stop,
+    ShutdownNow,
 }
 
 /// What the timer side needs from the pool above it (implemented by the pool's core; the timer
 /// never names the pool's types).
 pub(crate) trait Host: Send + Sync + 'static {
+    /// The pool's identity (the timer thread marks itself with it).
+    fn id(&self) -> PoolId;
     /// The pool's timer.
     fn timer(&self) -> &Timer;
     /// Where the pool is in its life.
     fn lifecycle(&self) -> Lifecycle;
-    /// Hands due tasks to the workers, emptying `due`.
-    fn dispatch(&self, due: &mut Vec<TaskRef>);
+    /// Pushes due tasks to the pool's ready queues, emptying `due`.
+    fn push_due(&self, due: &mut Vec<TaskRef>);
     /// `shutdown_now`: the tasks the wheels held, to be stopped and returned.
     fn hand_back(&self, tasks: Vec<TaskRef>);
     /// After a graceful shutdown: true once no admitted task is left.
@@ -128,6 +132,22 @@ pub(crate) trait Host: Send + Sync + 'static {
     /// The driver will sleep until an earlier tick than the watcher watches: make the watcher
     /// (if a worker is watching) read the tick again. True if a watcher was nudged.
     fn nudge_watcher(&self) -> bool;
+}
+
+/// A manual clock talks to the timer of each pool on it: every pool's timer side is a clock
+/// listener, through its host (the pool above implements only `Host`).
+impl<H: Host> ClockListener for H {
+    fn settle(&self) -> Option<std::time::Instant> {
+        self.timer().settle_wait()
+    }
+
+    fn time_moved(&self) {
+        self.timer().wake();
+    }
+
+    fn activity(&self) -> u64 {
+        self.timer().settle.as_ref().map_or(0, |s| s.activity())
+    }
 }
 
 /// Why an insert did not happen: the pool is shutting down and the shard's gate is closed to
@@ -284,7 +304,7 @@ impl Timer {
 
     /// Puts a `SCHEDULED` task in its shard's wheel for the deadline in its header. `Err` if the
     /// shard's gate refuses it (the pool is shutting down): the caller stops the task.
-    pub(crate) fn submit(&self, task: &TaskRef) -> Result<(), Refused> {
+    pub(crate) fn insert(&self, task: &TaskRef) -> Result<(), Refused> {
         let tick = self.time.tick_ceil(task.header().deadline());
         let cell = self.cell_of(task);
         let mut shard = cell.lock();
@@ -296,7 +316,7 @@ impl Timer {
         Ok(())
     }
 
-    /// The tail of every insert (a submit or a reset's move) at `tick`, still holding the
+    /// The tail of every insert (a new one or a reset's move) at `tick`, still holding the
     /// shard's lock: lower the hint, unlock, count the insert for a manual clock's settle, and
     /// wake the driver if the hint went down (see "Sleep vs. new deadlines" in the ground rules).
     fn inserted(&self, cell: &ShardCell, shard: MutexGuard<'_, Shard>, tick: u64) {
@@ -327,7 +347,7 @@ impl Timer {
     /// finished or cancelled). `rebase` runs under the shard's lock once the move is certain (a
     /// periodic task re-bases its plan there).
     ///
-    /// Under the shard's lock a `SCHEDULED` task with a live key can be neither dispatched (the
+    /// Under the shard's lock a `SCHEDULED` task with a live key can be neither pushed out (the
     /// driver polls under this lock) nor unlinked (a cancel unlinks under it). A cancel that wins
     /// the state after our check unlinks the moved entry by its new key once we unlock.
     pub(crate) fn reset(&self, task: &TaskRef, deadline: u64, rebase: impl FnOnce()) -> bool {
@@ -472,63 +492,4 @@ fn unlink(wheel: &mut Wheel<TaskRef>, task: &TaskRef) -> Option<TaskRef> {
     task.header().set_wheel_key(NO_KEY);
     // A stale key (the entry fired, the slot was reused) is refused by its generation.
     wheel.remove(Key::from_u64(key))
-}
-
-/// Which shard a thread schedules into.
-pub(crate) mod home {
-    use std::cell::Cell;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    /// Shards dealt to threads that are not workers, round-robin.
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-
-    #[cfg(not(wheelpool_loom))]
-    std::thread_local! {
-        static HOME: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    #[cfg(wheelpool_loom)]
-    loom::thread_local! {
-        static HOME: Cell<usize> = Cell::new(usize::MAX);
-    }
-
-    /// The calling thread's home index (any value: the timer masks it).
-    pub(crate) fn index() -> usize {
-        HOME.with(|h| {
-            let mut home = h.get();
-            if home == usize::MAX {
-                // Relaxed: a counter, not a protocol. Under loom, threads must choose
-                // deterministically, so they all start at 0 unless a model sets them.
-                home = if cfg!(wheelpool_loom) {
-                    0
-                } else {
-                    NEXT.fetch_add(1, Ordering::Relaxed)
-                };
-                h.set(home);
-            }
-            home
-        })
-    }
-
-    /// Sets the calling thread's home (a worker takes its own index).
-    pub(crate) fn set(index: usize) {
-        HOME.with(|h| h.set(index));
-    }
-
-    #[cfg(not(wheelpool_loom))]
-    std::thread_local! {
-        static SPREAD: Cell<usize> = const { Cell::new(0) };
-    }
-    #[cfg(wheelpool_loom)]
-    loom::thread_local! {
-        static SPREAD: Cell<usize> = Cell::new(0);
-    }
-
-    /// A per-thread count of periodic tasks dealt (see `Timer::spread_shard`).
-    pub(crate) fn next_spread() -> usize {
-        SPREAD.with(|s| {
-            let n = s.get();
-            s.set(n.wrapping_add(1));
-            n
-        })
-    }
 }

@@ -10,8 +10,8 @@
 //!   increment, which follows the unlock), and the pass saw it.
 //! - A settle request bumps `requested` and wakes the driver. The driver reports a pass only
 //!   when it is about to sleep (every shard polled to the end): the request it served, what it
-//!   dispatched, the insert count it started from and the next deadline.
-//! - The pool is settled when the latest reported pass serves our request, dispatched nothing
+//!   pushed, the insert count it started from and the next deadline.
+//! - The pool is settled when the latest reported pass serves our request, pushed nothing
 //!   and started from the insert count we read now, and `in_pool` is zero: then nothing due is
 //!   in a wheel (the pass saw every insert and found nothing due), a run queue or a worker.
 //!   No batch limit enters the argument, so it holds for any number of pending tasks.
@@ -38,9 +38,9 @@ struct Status {
     /// Settle requests made / the latest one a reported pass had seen.
     requested: u64,
     completed: u64,
-    /// Of the latest reported pass: tasks it dispatched, the insert count it started from, and
+    /// Of the latest reported pass: tasks it pushed, the insert count it started from, and
     /// the next deadline in nanoseconds.
-    dispatched: usize,
+    pushed: usize,
     inserted_at_start: u64,
     next: Option<u64>,
 }
@@ -104,10 +104,10 @@ impl Settle {
     }
 
     /// The driver is about to sleep after a pass that started at `pass`.
-    pub(crate) fn report(&self, pass: PassStart, dispatched: usize, next: Option<u64>) {
+    pub(crate) fn report(&self, pass: PassStart, pushed: usize, next: Option<u64>) {
         let mut st = self.status.lock();
         st.completed = st.completed.max(pass.requested);
-        st.dispatched = dispatched;
+        st.pushed = pushed;
         st.inserted_at_start = pass.inserted;
         st.next = next;
         drop(st);
@@ -145,7 +145,7 @@ impl Timer {
             }
             // SeqCst: pairs with the increment in `inserted`.
             let inserted = s.inserted.load(Ordering::SeqCst);
-            if st.dispatched == 0 && st.inserted_at_start == inserted {
+            if st.pushed == 0 && st.inserted_at_start == inserted {
                 return st.next.map(|n| self.time.instant_of(n));
             }
         }

@@ -12,21 +12,23 @@
 //!
 //! # Ground rules
 //!
-//! - `now` is the tick the wheel stands at. It only moves forward, in
-//!   [`poll_expired`](Wheel::poll_expired).
+//! - `now` is the tick the wheel has been polled to. It only moves forward, in
+//!   [`poll_expired`](Wheel::poll_expired) and its bounded form.
+//! - `cursor` is the tick slot positions are counted from: `now`, or earlier while a bounded
+//!   poll has not finished (the ground rules of `poll.rs` say how it trails `now`).
 //! - An entry with `deadline <= now` (inserted late) waits in the *due list* and comes out at the
 //!   next poll.
-//! - Every other entry sits at level `level_for(now, deadline)` (the highest 6-bit digit in which
-//!   its deadline differs from `now`), slot `slot_for(deadline, level)`. Its deadline shares all
-//!   higher digits with `now`, and its digit at that level is greater than `now`'s. So an entry's
-//!   list is known from its deadline and `now`: nodes need not store it, and `remove` is an O(1)
-//!   unlink.
+//! - Every other entry is linked at level `level_for(cursor, deadline)` (the highest 6-bit digit
+//!   in which its deadline differs from `cursor`), slot `slot_for(deadline, level)`. Its deadline
+//!   shares all higher digits with `cursor`, and its digit at that level is greater than
+//!   `cursor`'s. Each node records which list holds it (its level, or the due list), so `remove`
+//!   is an O(1) unlink whatever the cursor has done since the insert.
 //! - Consequently the earliest non-empty slot is the first occupied one of the lowest non-empty
-//!   level, and every entry in it is due at or after that slot's first tick. Polling jumps `now`
-//!   from one such slot to the next (bitmap look-ups, never tick by tick) and *cascades* the slot:
-//!   each entry is either due (moved to the output) or relinked at a strictly lower level. An
-//!   entry thus moves at most 10 times in its life and is never lost or duplicated.
-//!
+//!   level, and every entry in it is due at or after that slot's first tick. Polling jumps the
+//!   cursor from one such slot to the next (bitmap look-ups, never tick by tick) and *cascades*
+//!   the slot: each entry is either due (moved to the output) or relinked at a strictly lower
+//!   level. An entry thus moves at most 10 times in its life and is never lost or duplicated.
+
 //! # Memory
 //!
 //! One entry costs one slab node: 20 bytes of bookkeeping (deadline, two links, generation) plus
@@ -443,7 +445,8 @@ impl<T> Wheel<T> {
         }
     }
 
-    /// Links the occupied node `index`, due at `deadline > now`, into its slot.
+    /// Links the occupied node `index`, due at `deadline > now` (so past the cursor), into its
+    /// slot.
     fn link(&mut self, index: u32, deadline: u64) {
         debug_assert!(deadline > self.cursor);
         let level = level_for(self.cursor, deadline);

@@ -1,5 +1,7 @@
 //! The generic front of scheduling: build the task cell, then hand it to the one non-generic
-//! `Core::submit`. The public methods that call these live on `Handle` (`handle.rs`).
+//! `Core::schedule`. One generic function per kind of closure (one-shot, periodic, dynamic):
+//! their signatures look alike because each states its own closure bound, while what they build
+//! differs; the shared tail is `schedule_job`, written once. The public methods that call these live on `Handle` (`handle.rs`).
 
 use super::core::Core;
 use super::future::ScheduledFuture;
@@ -52,12 +54,12 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    submit_job(core, OneShot::new(f), when)
+    schedule_job(core, OneShot::new(f), when)
 }
 
-/// Builds the task cell for `job`, hands it to the non-generic `Core::submit`, and wraps the
+/// Builds the task cell for `job`, hands it to the non-generic `Core::schedule`, and wraps the
 /// cell in the caller's future: the one tail every scheduling method shares.
-pub(crate) fn submit_job<J: Job>(
+pub(crate) fn schedule_job<J: Job>(
     core: &Arc<Core>,
     job: J,
     when: When,
@@ -70,7 +72,7 @@ pub(crate) fn submit_job<J: Job>(
     let owner = core.core_ref(shard).ok_or(ScheduleError::Shutdown)?;
     let cell = Arc::new(TaskCell::new(job, when.deadline, shard));
     let raw: TaskRef = cell.clone();
-    core.submit(&raw, when.now)?;
+    core.schedule(&raw, when.now)?;
     Ok(ScheduledFuture::new(cell, owner))
 }
 
@@ -80,7 +82,7 @@ where
 {
     // Due now: it never enters a wheel, so any shard will do.
     let raw: TaskRef = Arc::new(TaskCell::new(OneShot::new(f), NOW.deadline, 0));
-    core.submit(&raw, NOW.now)
+    core.schedule(&raw, NOW.now)
 }
 
 /// Which kind of periodic task.
@@ -112,7 +114,7 @@ where
         },
         _ => return Err(ScheduleError::ZeroPeriod),
     };
-    submit_job(core, Periodic::new(f, plan, opts.survives_panics()), first)
+    schedule_job(core, Periodic::new(f, plan, opts.survives_panics()), first)
 }
 
 pub(crate) fn dynamic<F>(
@@ -133,5 +135,5 @@ where
         duration_nanos(initial),
         opts.survives_panics(),
     );
-    submit_job(core, job, first)
+    schedule_job(core, job, first)
 }

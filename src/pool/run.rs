@@ -1,0 +1,100 @@
+//! Running a task on the calling worker, with the pool's bookkeeping for what became of it
+//! (counted, re-armed through the core, stopped by a graceful shutdown), and the one `RunEnv`
+//! the task sees: the core's clock, lifecycle, counters and panic handler, plus the worker's
+//! `taking` flag to lower once the task's fate is decided (ground rules in `queues.rs`).
+
+use super::core::Core;
+use super::lifecycle::Lifecycle;
+use super::queues::Taking;
+use crate::panic::panic_message;
+use crate::task::state::End;
+use crate::task::{RunEnv, RunOutcome, TaskRef};
+use std::any::Any;
+
+/// Runs one task on the calling thread and does the bookkeeping for what became of it.
+/// `taking`: the worker's raised `taking` flag, lowered as soon as the task's fate is
+/// decided (`None`: a loom model's bare step, which holds no flag).
+pub(crate) fn run_task(core: &Core, task: &TaskRef, taking: Option<&Taking<'_>>) {
+    let run = Run { core, taking };
+    if task.header().is_periodic() && core.lifecycle() == Lifecycle::Shutdown {
+        // Graceful shutdown while queued: a periodic task that had not started does not
+        // start. Not under `ShutdownNow`: there a task this worker took before
+        // `shutdown_now`'s sweep runs (it was not there to be handed back; `shutdown_now`
+        // waits for its start), and `run` then ends it. The task cannot start on this path
+        // (the stop wins, or it is already ended), so `shutdown_now` need not wait for the
+        // drop.
+        run.claim_decided();
+        if core.stop_for_shutdown(task) || !task.header().state.is_scheduled() {
+            left_pool(core);
+            return;
+        }
+    }
+    core.counters.run_started();
+    match task.run(&run) {
+        RunOutcome::NotStarted => {
+            core.counters.run_over();
+        }
+        // `run_ending` has done the bookkeeping, before the future completed.
+        RunOutcome::Finished(_) => {}
+        RunOutcome::Rearm { panicked, now } => {
+            if !panicked {
+                core.counters.completed();
+            }
+            core.counters.run_over();
+            // `now` was read before the re-arm: an older reading can only send a task that
+            // just came due through the wheel, never run one early. Err: a shutdown stopped
+            // it after its run; `stop_for_shutdown` did the accounting.
+            let _ = core.schedule_admitted(task, now);
+        }
+    }
+    left_pool(core);
+}
+
+/// A manual clock's settle counts tasks in the pool: one has left it (run, or not started).
+fn left_pool(core: &Core) {
+    if let Some(s) = &core.timer.settle {
+        s.left_pool();
+    }
+}
+
+/// A task's run as the pool sees it: the core's bookkeeping, plus the worker's `taking` flag
+/// to lower once the task's fate is decided.
+struct Run<'a> {
+    core: &'a Core,
+    taking: Option<&'a Taking<'a>>,
+}
+
+impl RunEnv for Run<'_> {
+    fn now_nanos(&self) -> u64 {
+        self.core.timer.time.now_nanos()
+    }
+
+    fn stopping(&self) -> bool {
+        // SeqCst (in `is_running`): pairs with the lifecycle stores in `shutdown` and
+        // `shutdown_now`.
+        !self.core.lifecycle_cell().is_running()
+    }
+
+    fn run_ending(&self, end: End, ran_ok: bool) {
+        let core = self.core;
+        if ran_ok {
+            core.counters.completed();
+        }
+        core.count_end(end);
+        core.counters.run_over();
+        core.task_ended();
+    }
+
+    fn report_panic(&self, payload: Box<dyn Any + Send>) -> String {
+        self.core.counters.panicked();
+        let message = panic_message(&*payload);
+        self.core.panics.report(payload);
+        message
+    }
+
+    fn claim_decided(&self) {
+        if let Some(taking) = self.taking {
+            taking.lower();
+        }
+    }
+}
