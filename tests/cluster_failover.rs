@@ -131,23 +131,29 @@ fn a_killed_node_is_taken_over_after_its_lease() {
     numbers.sort_unstable();
     numbers.dedup();
     assert_eq!(numbers.len(), runs.len(), "a run ran twice: {runs:?}");
-    // The runs the dead node's lease held up are each reported once, by one survivor, as
-    // skipped (no misfire grace here); nothing else is reported.
-    let mut skipped: Vec<u64> = errors
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|e| match e {
+    // The dead node's run is reported once, by the survivor whose claim replaced it, as
+    // never confirmed; the runs its lease held up are each reported once as skipped (no
+    // misfire grace here); nothing else is reported.
+    let mut skipped: Vec<u64> = Vec::new();
+    let mut unconfirmed: Vec<u64> = Vec::new();
+    for e in errors.lock().unwrap().iter() {
+        match e {
             ClusterError::RunSkipped {
                 run,
                 reason: SkipReason::Misfired,
                 ..
-            } => *run,
+            } => skipped.push(*run),
+            ClusterError::RunSkipped {
+                run,
+                reason: SkipReason::Unconfirmed { triggered: false },
+                ..
+            } => unconfirmed.push(*run),
             other => panic!("unexpected report: {other}"),
-        })
-        .collect();
+        }
+    }
     skipped.sort_unstable();
     assert_eq!(skipped, (held + 1..first).collect::<Vec<_>>());
+    assert_eq!(unconfirmed, vec![held]);
 }
 
 #[test]
@@ -224,7 +230,9 @@ fn a_run_that_outlives_its_lease_is_reported_and_taken_over() {
             taken_over: true
         }
     );
-    assert!(errors[0].to_string().contains("outlived its lease"));
+    assert!(errors[0]
+        .to_string()
+        .contains("ran out before the run was released"));
 }
 
 #[test]

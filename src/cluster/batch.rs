@@ -51,6 +51,8 @@ pub(super) struct ClaimAnswer {
     /// The store's clock as the answer left it, and when the answer came.
     pub(super) store_ns: i64,
     pub(super) received: Instant,
+    /// The unconfirmed claim this one superseded: its run, and whether it was a trigger.
+    pub(super) orphan: Option<(i64, bool)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +87,8 @@ pub(super) enum LeaseState {
     Held,
     /// It had run out; `taken_over` if the row holds a later claim.
     Expired { taken_over: bool },
+    /// The row is locked by another transaction: nothing was done; send it again.
+    Busy,
 }
 
 /// Requests waiting for a batch, and how many tasks are sending batches of them.
@@ -216,8 +220,11 @@ pub(super) fn answer_each<A, R>(
 pub(super) fn lease_state(row: &Row) -> Result<LeaseState, tokio_postgres::Error> {
     let held: bool = row.try_get(1)?;
     let ours: bool = row.try_get(2)?;
+    let busy: bool = row.try_get(3)?;
     Ok(if held {
         LeaseState::Held
+    } else if busy {
+        LeaseState::Busy
     } else {
         LeaseState::Expired { taken_over: !ours }
     })
@@ -264,5 +271,9 @@ pub(super) fn answer(row: &Row, received: Instant) -> Result<ClaimAnswer, tokio_
         more: trigger_left || matches!(outcome, Outcome::Won { run, .. } if run < due),
         store_ns: row.try_get(12)?,
         received,
+        orphan: match row.try_get::<_, Option<i64>>(13)? {
+            Some(run) => Some((run, row.try_get::<_, Option<bool>>(14)?.unwrap_or(false))),
+            None => None,
+        },
     })
 }

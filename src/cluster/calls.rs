@@ -343,7 +343,9 @@ impl StoreCore {
         Fut: Future<Output = Result<R, tokio_postgres::Error>> + 'a,
     {
         let deadline = tokio::time::Instant::now() + self.call_timeout;
-        let mut retried = false;
+        // A lost connection is retried on another (or a fresh) one, at most once per
+        // connection: after an administrator cut them all, the next ones may be dead too.
+        let mut retries = self.slots.len();
         loop {
             let slot = self.pick();
             slot.in_flight.fetch_add(1, Ordering::Relaxed);
@@ -368,11 +370,11 @@ impl StoreCore {
                     self.drop_connection(slot, client, err.kind() == StoreErrorKind::Timeout);
                 }
             }
-            let fresh_try = err.kind() == StoreErrorKind::ConnectionLost && !retried;
+            let fresh_try = err.kind() == StoreErrorKind::ConnectionLost && retries > 0;
             if !fresh_try || tokio::time::Instant::now() >= deadline {
                 return Err(err.into_cluster());
             }
-            retried = true;
+            retries -= 1;
         }
     }
 

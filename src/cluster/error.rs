@@ -65,9 +65,10 @@ pub enum ClusterError {
         /// Why it is not run.
         reason: SkipReason,
     },
-    /// A run took longer than its lease (`at_most_for`) and the lease was not kept alive:
-    /// once it ran out another node was free to start the next planned run, so the two may
-    /// have overlapped.
+    /// A run's lease (`at_most_for`) ran out before the run was released: the run took
+    /// longer than the lease and it was not kept alive, or its release came late (a slow or
+    /// unreachable store). Once it ran out another node was free to start the next planned
+    /// run, so the two may have overlapped.
     LeaseExpired {
         /// The job's cluster-wide name.
         job: String,
@@ -101,6 +102,14 @@ pub enum SkipReason {
     Paused,
     /// The node that claimed it could not start it: its pool was shutting down.
     Shutdown,
+    /// The node that claimed it never confirmed it (it died, or lost the store or the answer
+    /// to its claim, until its lease ran out): it may not have run. Reported by the node whose
+    /// claim replaced it. `triggered`: it was a triggered run (its number is then that of the
+    /// last planned run before it).
+    Unconfirmed {
+        /// It was a triggered run.
+        triggered: bool,
+    },
 }
 
 impl fmt::Display for SkipReason {
@@ -109,6 +118,12 @@ impl fmt::Display for SkipReason {
             Self::Misfired => "not claimed within the misfire grace",
             Self::Paused => "the job is paused",
             Self::Shutdown => "the pool that claimed it shut down",
+            Self::Unconfirmed { triggered: false } => {
+                "its claimer never confirmed it, so it may not have run"
+            }
+            Self::Unconfirmed { triggered: true } => {
+                "a triggered run whose claimer never confirmed it, so it may not have run"
+            }
         })
     }
 }
@@ -365,7 +380,8 @@ impl fmt::Display for ClusterError {
             } => {
                 write!(
                     f,
-                    "run {run} of job `{job}` outlived its lease of {lease:?}"
+                    "the lease ({lease:?}) of run {run} of job `{job}` ran out before the run \
+                     was released"
                 )?;
                 if *taken_over {
                     f.write_str(" and another node has taken over")?;

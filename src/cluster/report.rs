@@ -94,4 +94,11 @@ impl Shared {
             }
         }
     }
+
+    /// Reports the unconfirmed claim a won claim superseded, if any (see `sql::CLAIM`).
+    pub(super) fn unconfirmed(&self, a: &ClaimAnswer) {
+        if let Some((run, triggered)) = a.orphan {
+            self.skipped(a, run, run, SkipReason::Unconfirmed { triggered });
+        }
+    }
 }

@@ -11,6 +11,9 @@
 //!   handed back to it once (and never to anybody else).
 //! - `locked_by`, `node`, `locked_at`, `locked_until`: the last claim's owner token, node
 //!   label, time, and lease end. `lease_trigger`: the last claim was a triggered run.
+//! - `released`: the last claim's owner confirmed its run ended (released the lease). A claim
+//!   that supersedes an unconfirmed one reports that run: its node died, or lost the store
+//!   (or the answer to its claim) until its lease ran out, so the run may never have run.
 //! - `paused`; `triggers` / `triggers_run`: runs asked for now, and how many were claimed.
 //!
 //! PostgreSQL 14 or later: `extract(epoch ...)` must be exact (`numeric`).
@@ -28,6 +31,7 @@ pub(super) const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS wheelpool_jobs
     locked_at     timestamptz,
     locked_until  timestamptz NOT NULL DEFAULT 'epoch',
     lease_trigger boolean NOT NULL DEFAULT false,
+    released      boolean NOT NULL DEFAULT true,
     paused        boolean NOT NULL DEFAULT false,
     triggers      bigint NOT NULL DEFAULT 0,
     triggers_run  bigint NOT NULL DEFAULT 0
@@ -98,6 +102,10 @@ RETURNING last_run"
 ///   `floor((now - grace - offset) / period)`.
 /// - `triggered`: no planned run is due but a trigger is pending: claimed.
 /// - `taken` (the current run was claimed by another owner) or `idle`.
+///
+/// A `won` or `triggered` claim also gives the claim it supersedes when that one was never
+/// confirmed (`released` false) and was not this owner's last handled claim: its run, and
+/// whether it was a trigger.
 pub(super) const CLAIM: &str = concat!(
     "WITH t AS (SELECT now() AS now, ",
     now_ns!("now()"),
@@ -110,7 +118,7 @@ c AS (SELECT j.* FROM wheelpool_jobs j WHERE j.name = ANY($1::text[])
 g AS (SELECT r.*, t.now, t.now_ns, c.name IS NOT NULL AS locked,
         EXISTS (SELECT 1 FROM wheelpool_jobs x WHERE x.name = r.name) AS present,
         c.period_ns AS s_period, c.offset_ns AS s_offset, c.last_run, c.claim_id, c.locked_by,
-        c.paused, c.triggers, c.triggers_run, c.lease_trigger,
+        c.paused, c.triggers, c.triggers_run, c.lease_trigger, c.released AS was_released,
         ",
     now_ns!("c.locked_until"),
     " AS until_ns,
@@ -140,6 +148,7 @@ u AS (UPDATE wheelpool_jobs j SET
                             ELSE j.locked_until END,
         lease_trigger = CASE d.outcome WHEN 'won' THEN false WHEN 'triggered' THEN true
                                        ELSE j.lease_trigger END,
+        released = CASE WHEN d.outcome IN ('won', 'triggered') THEN false ELSE j.released END,
         triggers_run = CASE WHEN d.outcome = 'triggered' THEN j.triggers ELSE j.triggers_run END
       FROM d WHERE j.name = d.name AND d.outcome IN ('won', 'triggered', 'redeliver', 'paused')
       RETURNING j.name, j.last_run AS new_last, j.claim_id AS new_claim, j.lease_trigger AS new_trigger,
@@ -148,27 +157,35 @@ SELECT d.i, d.outcome, d.s_period, d.s_offset, d.last_run, d.k, d.due, d.until_n
        u.new_last, u.new_claim, u.new_trigger, coalesce(u.trigger_left, false),
        (SELECT ",
     now_ns!("clock_timestamp()"),
-    ")
+    "),
+       CASE WHEN d.outcome IN ('won', 'triggered') AND d.claim_id > 0 AND NOT d.was_released
+                 AND NOT (d.locked_by = d.owner AND d.claim_id = d.known)
+            THEN d.last_run END,
+       d.lease_trigger
 FROM d LEFT JOIN u ON u.name = d.name"
 );
 
-/// The batched release: ends each lease now if its owner still holds it for that claim, and
-/// says for each whether it did, or whether the row still holds that claim (expired) or a
-/// later one (taken over). Rows are locked in name order, so two release batches never
-/// deadlock (claims skip locked rows and never wait). Arrays: `$1` name, `$2` claim_id,
-/// `$3` owner.
+/// The batched release: ends each lease now if its owner still holds it for that claim, marks
+/// the claim confirmed, and says for each whether it did, whether the row is locked by
+/// another transaction (`busy`: skipped, so one locked row holds up no other job's release;
+/// the chain sends it again), or whether the row still holds that claim (expired) or a later
+/// one (taken over). Arrays: `$1` name, `$2` claim_id, `$3` owner.
 pub(super) const RELEASE: &str = "WITH r AS (
     SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[]) WITH ORDINALITY
         AS r(name, claim_id, owner, i)),
 c AS (SELECT j.name FROM wheelpool_jobs j
       JOIN r ON r.name = j.name AND r.claim_id = j.claim_id AND r.owner = j.locked_by
-      ORDER BY j.name FOR UPDATE OF j),
-u AS (UPDATE wheelpool_jobs j SET locked_until = now() FROM c
-      WHERE j.name = c.name AND j.locked_until > now()
-      RETURNING j.name)
-SELECT r.i, EXISTS (SELECT 1 FROM u WHERE u.name = r.name),
+      ORDER BY j.name FOR UPDATE OF j SKIP LOCKED),
+u AS (UPDATE wheelpool_jobs j
+      SET locked_until = least(j.locked_until, now()), released = true FROM c
+      WHERE j.name = c.name
+      RETURNING j.name, j.locked_until = now() AS in_time)
+SELECT r.i, coalesce((SELECT in_time FROM u WHERE u.name = r.name), false),
        coalesce((SELECT j.claim_id = r.claim_id AND j.locked_by = r.owner
-                 FROM wheelpool_jobs j WHERE j.name = r.name), false)
+                 FROM wheelpool_jobs j WHERE j.name = r.name), false),
+       r.name NOT IN (SELECT name FROM u)
+         AND EXISTS (SELECT 1 FROM wheelpool_jobs j WHERE j.name = r.name
+                     AND j.claim_id = r.claim_id AND j.locked_by = r.owner)
 FROM r";
 
 /// Extends a lease held by this owner for this claim to `now + lease`. `$1` name, `$2`

@@ -31,6 +31,8 @@ pub struct ClusterStats {
     pub skipped_paused: u64,
     /// Runs this node claimed but could not start (its pool was shutting down).
     pub skipped_shutdown: u64,
+    /// Runs another node claimed and never confirmed, found by this node's claims.
+    pub skipped_unconfirmed: u64,
     /// Wake-ups that found the store's settings for the job differ from this node's.
     pub mismatches: u64,
     /// Store calls that failed (timeouts, lost connections, errors), retries included.
@@ -51,7 +53,7 @@ pub(super) struct Counters {
     pub(super) claims: AtomicU64,
     pub(super) claims_won: AtomicU64,
     pub(super) found_taken: AtomicU64,
-    skipped: [AtomicU64; 3],
+    skipped: [AtomicU64; 4],
     pub(super) mismatches: AtomicU64,
     pub(super) failed_calls: AtomicU64,
     pub(super) leases_expired: AtomicU64,
@@ -68,6 +70,7 @@ impl Counters {
             SkipReason::Misfired => 0,
             SkipReason::Paused => 1,
             SkipReason::Shutdown => 2,
+            SkipReason::Unconfirmed { .. } => 3,
         };
         self.skipped[i].fetch_add(runs, Ordering::Relaxed);
     }
@@ -81,6 +84,7 @@ impl Counters {
             skipped_misfired: get(&self.skipped[0]),
             skipped_paused: get(&self.skipped[1]),
             skipped_shutdown: get(&self.skipped[2]),
+            skipped_unconfirmed: get(&self.skipped[3]),
             mismatches: get(&self.mismatches),
             failed_calls: get(&self.failed_calls),
             leases_expired: get(&self.leases_expired),

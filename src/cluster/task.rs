@@ -337,10 +337,14 @@ impl Shared {
                 self.plan(self.until(next));
             }
             Outcome::Won { run, claim } => {
+                self.unconfirmed(&a);
                 self.skipped(&a, a.last_run + 1, a.k - 1, SkipReason::Misfired);
                 self.start_run(won(run, claim, false));
             }
-            Outcome::Triggered { run, claim } => self.start_run(won(run, claim, true)),
+            Outcome::Triggered { run, claim } => {
+                self.unconfirmed(&a);
+                self.start_run(won(run, claim, true));
+            }
             Outcome::Redeliver {
                 run,
                 claim,
@@ -450,8 +454,32 @@ impl Shared {
 
     /// The store's answer to a release (on the store's thread): report an expired lease or a
     /// failure, and plan the next wake-up.
-    fn released(&self, won: Won, ran: bool, released: Result<LeaseState, ClusterError>) {
+    fn released(self: Arc<Self>, won: Won, ran: bool, released: Result<LeaseState, ClusterError>) {
+        let busy = {
+            let mut chain = self.chain.lock();
+            chain.busy = if matches!(released, Ok(LeaseState::Busy)) {
+                chain.busy + 1
+            } else {
+                0
+            };
+            chain.busy
+        };
         match released {
+            // The row is locked (another node's claim, an administrator): send the release
+            // again shortly, alone, so no other job's release waits for that lock. After a
+            // streak as long as a call timeout, give up: the lease then runs out by itself.
+            Ok(LeaseState::Busy) => {
+                let wait = retry_after(BUSY_RETRY, busy);
+                if wait < MAX_RETRY.min(self.store.call_timeout) {
+                    let shared = self.clone();
+                    self.store.spawn(async move {
+                        tokio::time::sleep(wait).await;
+                        shared.handled(won, ran);
+                    });
+                    return;
+                }
+                self.report(ClusterError::Store(StoreError::busy("release")));
+            }
             Ok(LeaseState::Expired { taken_over }) if ran => {
                 self.count(|c| Counters::bump(&c.leases_expired));
                 self.report(ClusterError::LeaseExpired {
@@ -481,6 +509,7 @@ impl Shared {
             .await?;
         match state {
             LeaseState::Held => Ok(()),
+            LeaseState::Busy => Err(ClusterError::Store(StoreError::busy("renew"))),
             LeaseState::Expired { taken_over } => {
                 self.count(|c| Counters::bump(&c.leases_expired));
                 Err(ClusterError::LeaseExpired {
