@@ -10,7 +10,6 @@ mod pg_common;
 use pg_common::{wait_until, PgServer, LONG};
 use std::collections::BTreeMap;
 use std::error::Error;
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use wheelpool::cluster::{
@@ -95,29 +94,9 @@ fn stop(nodes: Vec<Node>) {
     }
 }
 
-/// Runs `sql` on the server with psql (as the `postgres` database user).
+/// Runs `sql` in an admin session; its trimmed output.
 fn psql(server: &PgServer, sql: &str) -> String {
-    let bin = std::env::var("WHEELPOOL_PG_BIN").unwrap_or("/usr/lib/postgresql/15/bin".into());
-    let out = Command::new(format!("{bin}/psql"))
-        .args([
-            "-X",
-            "-A",
-            "-t",
-            "-v",
-            "ON_ERROR_STOP=1",
-            "-d",
-            &server.url(),
-            "-c",
-            sql,
-        ])
-        .output()
-        .expect("run psql");
-    assert!(
-        out.status.success(),
-        "psql {sql}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    server.psql(sql).trim().to_owned()
 }
 
 /// Run numbers that ran more than once (per grid: a takeover starts a new count).
@@ -589,6 +568,7 @@ fn a_claim_whose_answer_was_lost_is_handed_back_to_its_node_only() {
     let lost: u64 = psql(
         &server,
         "UPDATE wheelpool_jobs SET claim_id = claim_id + 1, last_run = last_run + 1, \
+         claim_run = last_run + 1, claim_from = last_run + 1, released = false, \
          locked_until = now() + interval '30 seconds' WHERE name = 'lost' RETURNING last_run",
     )
     .lines()

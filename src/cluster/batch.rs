@@ -5,6 +5,7 @@ use super::error::StoreError;
 use super::ClusterError;
 use crate::sync::Arc;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::panic::{self, AssertUnwindSafe};
 use std::time::Instant;
 use tokio_postgres::Row;
 
@@ -51,6 +52,8 @@ pub(super) struct ClaimAnswer {
     /// The store's clock as the answer left it, and when the answer came.
     pub(super) store_ns: i64,
     pub(super) received: Instant,
+    /// The first run a won (or handed back) claim gave up as too old: runs `from .. run - 1`.
+    pub(super) from: i64,
     /// The unconfirmed claim this one superseded: its run, and whether it was a trigger.
     pub(super) orphan: Option<(i64, bool)>,
 }
@@ -95,6 +98,13 @@ pub(super) enum LeaseState {
 pub(super) struct Queue<T> {
     items: VecDeque<T>,
     senders: usize,
+}
+
+impl<T> Queue<T> {
+    /// A sender that stopped without emptying the queue (it unwound) is counted out.
+    pub(super) fn give_back_sender(&mut self) {
+        self.senders = self.senders.saturating_sub(1);
+    }
 }
 
 impl<T> Default for Queue<T> {
@@ -173,9 +183,11 @@ impl<T> Reply<T> {
         Self(Some(Box::new(f)))
     }
 
+    /// Calls the callback; a panic in it (a bug) is contained here, so it cannot take down
+    /// the sender that answers the rest of the batch.
     pub(super) fn send(mut self, answer: Result<T, ClusterError>) {
         if let Some(f) = self.0.take() {
-            f(answer);
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| f(answer)));
         }
     }
 }
@@ -183,7 +195,8 @@ impl<T> Reply<T> {
 impl<T> Drop for Reply<T> {
     fn drop(&mut self) {
         if let Some(f) = self.0.take() {
-            f(Err(ClusterError::Store(StoreError::unanswered("batch"))));
+            let answer = Err(ClusterError::Store(StoreError::unanswered("batch")));
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| f(answer)));
         }
     }
 }
@@ -235,25 +248,25 @@ pub(super) fn answer(row: &Row, received: Instant) -> Result<ClaimAnswer, tokio_
     let int = |i| -> Result<i64, tokio_postgres::Error> {
         Ok(row.try_get::<_, Option<i64>>(i)?.unwrap_or(0))
     };
-    let (new_last, new_claim) = (int(8)?, int(9)?);
+    let (new_run, new_claim) = (int(8)?, int(9)?);
     let trigger = row.try_get::<_, Option<bool>>(10)?.unwrap_or(false);
     let outcome = match row.try_get::<_, &str>(1)? {
         "missing" => Outcome::Missing,
         "busy" => Outcome::Busy,
         "mismatch" => Outcome::Mismatch,
         "redeliver" => Outcome::Redeliver {
-            run: new_last,
+            run: new_run,
             claim: new_claim,
             trigger,
         },
         "leased" => Outcome::Leased,
         "paused" => Outcome::Paused,
         "won" => Outcome::Won {
-            run: new_last,
+            run: new_run,
             claim: new_claim,
         },
         "triggered" => Outcome::Triggered {
-            run: new_last,
+            run: new_run,
             claim: new_claim,
         },
         "taken" => Outcome::Taken,
@@ -271,6 +284,7 @@ pub(super) fn answer(row: &Row, received: Instant) -> Result<ClaimAnswer, tokio_
         more: trigger_left || matches!(outcome, Outcome::Won { run, .. } if run < due),
         store_ns: row.try_get(12)?,
         received,
+        from: int(15)?,
         orphan: match row.try_get::<_, Option<i64>>(13)? {
             Some(run) => Some((run, row.try_get::<_, Option<bool>>(14)?.unwrap_or(false))),
             None => None,

@@ -30,6 +30,7 @@ use super::sql;
 use super::stats::Counters;
 use super::ClusterError;
 use crate::sync::{Arc, AtomicBool, AtomicUsize, Mutex, Ordering, Weak};
+use std::cell::Cell;
 use std::fmt;
 use std::future::Future;
 use std::sync::mpsc;
@@ -102,6 +103,7 @@ impl StoreCore {
         std::thread::Builder::new()
             .name("wheelpool-pg".into())
             .spawn(move || {
+                STORE_THREAD.with(|s| s.set(true));
                 runtime.block_on(async {
                     let _ = stopped.await;
                 });
@@ -186,11 +188,19 @@ impl StoreCore {
         if queue(self).lock().push(req, self.slots.len()) {
             let core = self.clone();
             self.runtime.spawn(async move {
+                // If this task unwinds, the sender it counts for is given back, so later
+                // requests still start one.
+                let mut sending = Sending {
+                    core,
+                    queue,
+                    done: false,
+                };
                 loop {
-                    let Some(batch) = queue(&core).lock().take() else {
+                    let Some(batch) = queue(&sending.core).lock().take() else {
+                        sending.done = true; // `take` gave the sender back
                         return;
                     };
-                    send(core.clone(), batch).await;
+                    send(sending.core.clone(), batch).await;
                 }
             });
         }
@@ -253,11 +263,21 @@ impl StoreCore {
             (&grid.1, Type::INT8),
             (&grace_ns, Type::INT8),
         ];
-        let rows = self.query("register", sql::REGISTER, &args).await?;
-        let stored = rows
-            .first()
-            .map(|row| (row.get::<_, i64>(0), row.get::<_, i64>(1)))
-            .unwrap_or(grid);
+        let grid_of = |rows: &[Row]| -> Option<(i64, i64)> {
+            let row = rows.first()?;
+            Some((row.try_get(0).ok()?, row.try_get(1).ok()?))
+        };
+        let mut stored = grid_of(&self.query("register", sql::REGISTER, &args).await?);
+        if stored.is_none() {
+            // Another node's insert committed after this statement's snapshot: its
+            // `ON CONFLICT DO NOTHING` waited for it, but the read below it could not see it.
+            // A new statement does.
+            let name: [(&(dyn ToSql + Sync), Type); 1] = [(&job, Type::TEXT)];
+            stored = grid_of(&self.query("register", sql::GRID, &name).await?);
+        }
+        let Some(stored) = stored else {
+            return Err(ClusterError::Store(StoreError::unanswered("register")));
+        };
         if stored == grid || !take_over {
             return Ok(stored);
         }
@@ -481,6 +501,31 @@ impl StoreCore {
             }
         }
     }
+}
+
+/// A running sender of one queue's batches.
+struct Sending<T: 'static> {
+    core: Arc<StoreCore>,
+    queue: fn(&StoreCore) -> &Mutex<Queue<T>>,
+    done: bool,
+}
+
+impl<T: 'static> Drop for Sending<T> {
+    fn drop(&mut self) {
+        if !self.done {
+            (self.queue)(&self.core).lock().give_back_sender();
+        }
+    }
+}
+
+crate::sync::thread_local! {
+    /// True on the store's runtime thread.
+    static STORE_THREAD: Cell<bool> = const { Cell::new(false) };
+}
+
+/// True on a store's runtime thread, where no user code may run (nor be dropped).
+pub(super) fn on_store_thread() -> bool {
+    STORE_THREAD.with(Cell::get)
 }
 
 /// Forgets the slot's connection and closes its socket.

@@ -238,7 +238,7 @@ impl ClusterJob {
         Ok(Spec {
             job: self.name.as_str().into(),
             node: self.node.as_str().into(),
-            owner: format!("{}#{:08x}", self.node, random_u32()).into(),
+            owner: format!("{}#{}", self.node, random_tag()).into(),
             period,
             offset: self.offset,
             lease,
@@ -250,12 +250,20 @@ impl ClusterJob {
     }
 }
 
-/// A random tag that tells apart two chains given the same node label.
-fn random_u32() -> u32 {
-    let mut hasher = RandomState::new().build_hasher();
-    hasher.write_u32(std::process::id());
-    // The low half of the hash: truncation is the point.
-    hasher.finish() as u32
+/// A random tag that tells apart two chains given the same node label: 128 bits, so that two
+/// chains of one job never draw the same one (they would take each other's claims back).
+fn random_tag() -> String {
+    let half = || {
+        let mut hasher = RandomState::new().build_hasher();
+        hasher.write_u32(std::process::id());
+        hasher.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        hasher.finish()
+    };
+    format!("{:016x}{:016x}", half(), half())
 }
 
 /// Checks a name or label: 1 to [`MAX_NAME`] bytes, no NUL (the store's text cannot hold one).

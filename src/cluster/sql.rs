@@ -11,12 +11,17 @@
 //!   handed back to it once (and never to anybody else).
 //! - `locked_by`, `node`, `locked_at`, `locked_until`: the last claim's owner token, node
 //!   label, time, and lease end. `lease_trigger`: the last claim was a triggered run.
+//! - `claim_run`, `claim_from`: the last claim's run, and the first run it gave up as too old
+//!   (runs `claim_from .. claim_run - 1`), so a claim handed back reports the same runs.
 //! - `released`: the last claim's owner confirmed its run ended (released the lease). A claim
 //!   that supersedes an unconfirmed one reports that run: its node died, or lost the store
 //!   (or the answer to its claim) until its lease ran out, so the run may never have run.
 //! - `paused`; `triggers` / `triggers_run`: runs asked for now, and how many were claimed.
 //!
-//! PostgreSQL 14 or later: `extract(epoch ...)` must be exact (`numeric`).
+//! PostgreSQL 14 or later: `extract(epoch ...)` must be exact (`numeric`). Run numbers are
+//! never negative (run 0 is planned at the offset). Divisions are exact integer floors
+//! ([`floor_div!`]), never `numeric` quotients, whose rounding put a takeover's first run a
+//! nanosecond inside the old grid's last period.
 
 /// The table, created if missing. Every claim rewrites its row: half-empty pages let the
 /// rewrite stay on its page (a HOT update: no new index entry).
@@ -32,6 +37,8 @@ pub(super) const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS wheelpool_jobs
     locked_until  timestamptz NOT NULL DEFAULT 'epoch',
     lease_trigger boolean NOT NULL DEFAULT false,
     released      boolean NOT NULL DEFAULT true,
+    claim_run     bigint NOT NULL DEFAULT -1,
+    claim_from    bigint NOT NULL DEFAULT 0,
     paused        boolean NOT NULL DEFAULT false,
     triggers      bigint NOT NULL DEFAULT 0,
     triggers_run  bigint NOT NULL DEFAULT 0
@@ -48,6 +55,25 @@ macro_rules! now_ns {
     };
 }
 
+/// `floor(a / b)` in exact integer arithmetic for `b > 0` (`div` truncates toward zero).
+macro_rules! floor_div {
+    ($a:literal, $b:literal) => {
+        concat!(
+            "(div((",
+            $a,
+            ")::numeric, (",
+            $b,
+            ")::numeric) - CASE WHEN (",
+            $a,
+            ")::numeric < 0 AND mod((",
+            $a,
+            ")::numeric, (",
+            $b,
+            ")::numeric) <> 0 THEN 1 ELSE 0 END)::bigint"
+        )
+    };
+}
+
 /// Registers a job: inserts its row if missing, with `last_run` just before the run due now
 /// (so the current period's run is the first claimable one: nothing planned before the job
 /// existed is claimed or reported). Gives the stored period and offset. `$1` name, `$2`
@@ -58,7 +84,9 @@ pub(super) const REGISTER: &str = concat!(
     " AS now_ns),
 ins AS (INSERT INTO wheelpool_jobs (name, period_ns, offset_ns, last_run)
     SELECT $1::text, $2::bigint, $3::bigint,
-           floor((t.now_ns - $3::bigint)::numeric / $2::bigint)::bigint - 1 + 0 * $4::bigint
+           greatest(",
+    floor_div!("t.now_ns - $3::bigint", "$2::bigint"),
+    " - 1, -1) + 0 * $4::bigint
     FROM t
     ON CONFLICT (name) DO NOTHING
     RETURNING period_ns, offset_ns)
@@ -67,17 +95,33 @@ UNION ALL
 SELECT period_ns, offset_ns FROM wheelpool_jobs WHERE name = $1::text AND NOT EXISTS (SELECT 1 FROM ins)"
 );
 
-/// Moves a job to new settings (a takeover): the new grid's count starts after the end of the
-/// old grid's last claimed period, so no stretch of time is run twice, and no earlier than the
-/// run due now. The lease, if held, stays. `$1` name, `$2` period_ns, `$3` offset_ns,
-/// `$4` grace_ns. Returns a row if it changed anything.
+/// The stored grid of a job (`$1` name): what [`REGISTER`] reads again when its own snapshot
+/// missed a row another node inserted meanwhile.
+pub(super) const GRID: &str =
+    "SELECT period_ns, offset_ns FROM wheelpool_jobs WHERE name = $1::text";
+
+/// Moves a job to new settings (a takeover). The new grid's count starts after the end of the
+/// old grid's last claimed period, so no stretch of time is run twice; runs of the new grid
+/// still within the misfire grace are then claimable (and run or reported as any run); older
+/// ones, planned before anyone ran the new settings, are not. The lease, if held, stays.
+/// `$1` name, `$2` period_ns, `$3` offset_ns, `$4` grace_ns. Returns a row if it changed
+/// anything.
 pub(super) const TAKE_OVER: &str = concat!(
     "UPDATE wheelpool_jobs SET period_ns = $2::bigint, offset_ns = $3::bigint,
     last_run = greatest(
-        ceil((offset_ns::numeric + (last_run + 1)::numeric * period_ns - $3::bigint) / $2::bigint)::bigint - 1,
-        floor((",
+        -",
+    floor_div!(
+        "$3::bigint - offset_ns::numeric - (last_run + 1)::numeric * period_ns",
+        "$2::bigint"
+    ),
+    " - 1,
+        ",
+    floor_div!("t.now_ns - $4::bigint - $3::bigint", "$2::bigint"),
+    " - 1,
+        -1)
+FROM (SELECT ",
     now_ns!("now()"),
-    " - $3::bigint)::numeric / $2::bigint)::bigint - 1 + 0 * $4::bigint)
+    " AS now_ns) t
 WHERE name = $1::text AND (period_ns <> $2::bigint OR offset_ns <> $3::bigint)
 RETURNING last_run"
 );
@@ -119,12 +163,16 @@ g AS (SELECT r.*, t.now, t.now_ns, c.name IS NOT NULL AS locked,
         EXISTS (SELECT 1 FROM wheelpool_jobs x WHERE x.name = r.name) AS present,
         c.period_ns AS s_period, c.offset_ns AS s_offset, c.last_run, c.claim_id, c.locked_by,
         c.paused, c.triggers, c.triggers_run, c.lease_trigger, c.released AS was_released,
+        c.claim_run AS s_claim_run, c.claim_from AS s_claim_from,
         ",
     now_ns!("c.locked_until"),
     " AS until_ns,
-        floor((t.now_ns - c.offset_ns)::numeric / c.period_ns)::bigint AS due,
-        greatest(c.last_run + 1,
-                 floor((t.now_ns - r.grace_ns - c.offset_ns)::numeric / c.period_ns)::bigint) AS k
+        ",
+    floor_div!("t.now_ns - c.offset_ns", "c.period_ns"),
+    " AS due,
+        greatest(c.last_run + 1, ",
+    floor_div!("t.now_ns - r.grace_ns - c.offset_ns", "c.period_ns"),
+    ") AS k
       FROM r CROSS JOIN t LEFT JOIN c ON c.name = r.name),
 d AS (SELECT g.*, CASE
         WHEN NOT g.locked THEN CASE WHEN g.present THEN 'busy' ELSE 'missing' END
@@ -149,19 +197,25 @@ u AS (UPDATE wheelpool_jobs j SET
         lease_trigger = CASE d.outcome WHEN 'won' THEN false WHEN 'triggered' THEN true
                                        ELSE j.lease_trigger END,
         released = CASE WHEN d.outcome IN ('won', 'triggered') THEN false ELSE j.released END,
+        claim_run = CASE d.outcome WHEN 'won' THEN d.k WHEN 'triggered' THEN j.last_run
+                                   ELSE j.claim_run END,
+        claim_from = CASE d.outcome WHEN 'won' THEN j.last_run + 1
+                                    WHEN 'triggered' THEN j.last_run + 1 ELSE j.claim_from END,
         triggers_run = CASE WHEN d.outcome = 'triggered' THEN j.triggers ELSE j.triggers_run END
       FROM d WHERE j.name = d.name AND d.outcome IN ('won', 'triggered', 'redeliver', 'paused')
-      RETURNING j.name, j.last_run AS new_last, j.claim_id AS new_claim, j.lease_trigger AS new_trigger,
-                j.triggers > j.triggers_run AS trigger_left)
+      RETURNING j.name, j.claim_run AS new_run, j.claim_id AS new_claim,
+                j.lease_trigger AS new_trigger, j.triggers > j.triggers_run AS trigger_left,
+                j.claim_from AS new_from)
 SELECT d.i, d.outcome, d.s_period, d.s_offset, d.last_run, d.k, d.due, d.until_ns,
-       u.new_last, u.new_claim, u.new_trigger, coalesce(u.trigger_left, false),
+       CASE WHEN d.outcome = 'paused' THEN d.due ELSE u.new_run END, u.new_claim,
+       u.new_trigger, coalesce(u.trigger_left, false),
        (SELECT ",
     now_ns!("clock_timestamp()"),
     "),
        CASE WHEN d.outcome IN ('won', 'triggered') AND d.claim_id > 0 AND NOT d.was_released
                  AND NOT (d.locked_by = d.owner AND d.claim_id = d.known)
-            THEN d.last_run END,
-       d.lease_trigger
+            THEN d.s_claim_run END,
+       d.lease_trigger, u.new_from
 FROM d LEFT JOIN u ON u.name = d.name"
 );
 
@@ -188,12 +242,14 @@ SELECT r.i, coalesce((SELECT in_time FROM u WHERE u.name = r.name), false),
                      AND j.claim_id = r.claim_id AND j.locked_by = r.owner)
 FROM r";
 
-/// Extends a lease held by this owner for this claim to `now + lease`. `$1` name, `$2`
+/// Extends a lease held by this owner for this claim to `now + lease`, unless the claim was
+/// released meanwhile (a renewal that waited for the release's row lock must not revive the
+/// lease). `$1` name, `$2`
 /// claim_id, `$3` owner, `$4` lease_us. Answers as [`RELEASE`] does for one job.
 pub(super) const RENEW: &str = "WITH r AS (
     UPDATE wheelpool_jobs SET locked_until = now() + $4::bigint * interval '1 microsecond'
     WHERE name = $1::text AND claim_id = $2::bigint AND locked_by = $3::text
-      AND locked_until > now()
+      AND locked_until > now() AND NOT released
     RETURNING 1)
 SELECT EXISTS (SELECT 1 FROM r),
        coalesce((SELECT claim_id = $2::bigint AND locked_by = $3::text

@@ -17,13 +17,14 @@
 //!   step of the chain at a time; its lock is never held across anything else.
 
 use super::batch::{ClaimAnswer, ClaimRequest, LeaseState, Outcome, ReleaseRequest, Reply};
-use super::calls::{LocalJob, StoreCore};
+use super::calls::{on_store_thread, LocalJob, StoreCore};
 use super::error::{ClusterError, SkipReason, StoreError};
 use super::pg::system_time;
 use super::run::{ClusterRun, Won};
 use super::stats::Counters;
 use crate::sync::{Arc, AtomicBool, Condvar, Mutex, Ordering, Weak};
 use crate::{Handle, ScheduleError, ScheduledFuture, TaskError};
+use std::cell::Cell;
 use std::panic::{self, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,9 @@ const RESYNC: Duration = Duration::from_secs(60);
 /// First retry after a failed claim; doubles up to [`MAX_RETRY`].
 pub(super) const MIN_RETRY: Duration = Duration::from_millis(20);
 const MAX_RETRY: Duration = Duration::from_secs(2);
+
+/// Retry after the pool refused a wake-up or a run as full.
+const SATURATED_RETRY: Duration = Duration::from_millis(20);
 
 /// Retry after finding the job's row locked; doubles up to [`MAX_RETRY`].
 const BUSY_RETRY: Duration = Duration::from_millis(5);
@@ -85,6 +89,8 @@ pub(super) struct Shared {
     pub(super) chain: Mutex<Chain>,
     /// A trigger on this node's store asked for a claim now (see `LocalJob::wake_now`).
     poked: AtomicBool,
+    /// The pool refused the last wake-up as full (reported once per streak).
+    saturated: AtomicBool,
     pub(super) stats: Counters,
     me: Weak<Shared>,
 }
@@ -93,6 +99,36 @@ pub(super) struct Shared {
 pub(super) struct State {
     pub(super) end: Option<Result<(), TaskError>>,
     pub(super) next: Option<ScheduledFuture<()>>,
+}
+
+/// The user's body and handler are never dropped on the store's thread (their captures'
+/// `Drop` is user code, and may block or panic): the chain's last reference can go there (an
+/// answer's callback), so its drop hands them to the pool, or to a thread of their own.
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if !on_store_thread() {
+            return;
+        }
+        let body: Body = std::mem::replace(self.body.get_mut(), Box::new(|_| {}));
+        let parts = Arc::new(Mutex::new(Some((body, self.on_error.take()))));
+        let in_pool = parts.clone();
+        if self
+            .handle
+            .execute(move || drop(in_pool.lock().take()))
+            .is_err()
+        {
+            if let Some(parts) = parts.lock().take() {
+                let spawned = std::thread::Builder::new()
+                    .name("wheelpool-pg-drop".into())
+                    .spawn(move || drop(parts));
+                if let Err(e) = spawned {
+                    eprintln!(
+                        "wheelpool cluster: cannot drop a job's body off the store thread: {e}"
+                    );
+                }
+            }
+        }
+    }
 }
 
 /// What the chain remembers between its steps.
@@ -111,6 +147,25 @@ pub(super) struct Chain {
     mismatch: Option<(i64, i64)>,
 }
 
+crate::sync::thread_local! {
+    /// Set while this thread hands a wake-up or a run to the pool: a closure the pool drops
+    /// then is a refusal the caller sees as an error and handles (a full pool is retried),
+    /// not a shutdown that ends the chain.
+    static HANDING_OVER: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f` with [`HANDING_OVER`] set.
+fn handing_over<R>(f: impl FnOnce() -> R) -> R {
+    HANDING_OVER.with(|h| h.set(true));
+    let r = f();
+    HANDING_OVER.with(|h| h.set(false));
+    r
+}
+
+fn refused_here() -> bool {
+    HANDING_OVER.with(Cell::get)
+}
+
 /// A won run handed to the pool. Dropped without running (the pool refused it, or handed it
 /// back at `shutdown_now`), it reports the run as skipped.
 struct RunTask(Option<(Arc<Shared>, Won)>);
@@ -126,7 +181,9 @@ impl RunTask {
 impl Drop for RunTask {
     fn drop(&mut self) {
         if let Some((shared, won)) = self.0.take() {
-            shared.abandon(won);
+            if !refused_here() {
+                shared.abandon(won);
+            }
         }
     }
 }
@@ -146,7 +203,9 @@ impl Fire {
 impl Drop for Fire {
     fn drop(&mut self) {
         if let Some(shared) = self.0.take() {
-            shared.end(Err(TaskError::Shutdown));
+            if !refused_here() {
+                shared.end(Err(TaskError::Shutdown));
+            }
         }
     }
 }
@@ -171,6 +230,7 @@ impl Shared {
             ended: Condvar::new(),
             chain: Mutex::new(Chain::default()),
             poked: AtomicBool::new(false),
+            saturated: AtomicBool::new(false),
             stats: Counters::default(),
             me: me.clone(),
         });
@@ -352,6 +412,10 @@ impl Shared {
             } => {
                 // Claimable until `grace` after the next run's planned time (see sql::CLAIM).
                 let too_old = self.planned(a.grid, run + 1) + i128::from(nanos(self.spec.grace));
+                // The runs the lost claim gave up are reported now, as its answer would have.
+                if !trigger {
+                    self.skipped(&a, a.from, run - 1, SkipReason::Misfired);
+                }
                 if !trigger && i128::from(a.store_ns) > too_old {
                     self.skipped(&a, run, run, SkipReason::Misfired);
                     self.handled(won(run, claim, trigger), false);
@@ -372,10 +436,25 @@ impl Shared {
     /// Hands a won run to the pool.
     fn start_run(self: &Arc<Self>, won: Won) {
         self.count(|c| Counters::bump(&c.claims_won));
+        self.hand_run(won);
+    }
+
+    /// Hands a won run to the pool. A full pool is tried again shortly (the run stays
+    /// claimed, its lease held); a pool shutting down, now or later (`shutdown_now` drops the
+    /// run unrun), gets the run reported and its lease given up (`RunTask::drop`).
+    fn hand_run(self: &Arc<Self>, won: Won) {
         let task = RunTask(Some((self.clone(), won)));
-        // Refused, the closure is dropped here; dropped unrun by a `shutdown_now` later, in
-        // the pool: either way `RunTask::drop` reports the run and gives up its lease.
-        let _ = self.handle.execute(move || task.run());
+        match handing_over(|| self.handle.execute(move || task.run())) {
+            Ok(()) => {}
+            Err(ScheduleError::Saturated { .. }) => {
+                let shared = self.clone();
+                self.store.spawn(async move {
+                    tokio::time::sleep(SATURATED_RETRY).await;
+                    shared.hand_run(won);
+                });
+            }
+            Err(_) => self.abandon(won),
+        }
     }
 
     /// A claimed run that will not run (its pool is shutting down): reported, and its lease
@@ -455,20 +534,29 @@ impl Shared {
     /// The store's answer to a release (on the store's thread): report an expired lease or a
     /// failure, and plan the next wake-up.
     fn released(self: Arc<Self>, won: Won, ran: bool, released: Result<LeaseState, ClusterError>) {
+        // A release that found the row locked, or lost its connection or its time, is sent
+        // again: until it confirms the run, another node's claim would report the run as
+        // unconfirmed once the lease runs out.
+        let again = matches!(
+            released,
+            Ok(LeaseState::Busy) | Err(ClusterError::Unavailable(_))
+        );
         let busy = {
             let mut chain = self.chain.lock();
-            chain.busy = if matches!(released, Ok(LeaseState::Busy)) {
-                chain.busy + 1
-            } else {
-                0
-            };
+            chain.busy = if again { chain.busy + 1 } else { 0 };
             chain.busy
         };
+        if let Err(err) = &released {
+            if again && busy == 1 {
+                self.report(err.clone());
+            }
+        }
         match released {
-            // The row is locked (another node's claim, an administrator): send the release
-            // again shortly, alone, so no other job's release waits for that lock. After a
-            // streak as long as a call timeout, give up: the lease then runs out by itself.
-            Ok(LeaseState::Busy) => {
+            // The row is locked (another node's claim, an administrator), or the call failed:
+            // send the release again shortly, alone, so no other job's release waits for
+            // that lock. After a streak as long as a call timeout, give up: the lease then
+            // runs out by itself.
+            Ok(LeaseState::Busy) | Err(ClusterError::Unavailable(_)) => {
                 let wait = retry_after(BUSY_RETRY, busy);
                 if wait < MAX_RETRY.min(self.store.call_timeout) {
                     let shared = self.clone();
@@ -478,7 +566,9 @@ impl Shared {
                     });
                     return;
                 }
-                self.report(ClusterError::Store(StoreError::busy("release")));
+                if matches!(released, Ok(LeaseState::Busy)) {
+                    self.report(ClusterError::Store(StoreError::busy("release")));
+                }
             }
             Ok(LeaseState::Expired { taken_over }) if ran => {
                 self.count(|c| Counters::bump(&c.leases_expired));
@@ -544,8 +634,9 @@ impl Shared {
             return;
         }
         let fire = Fire(Some(self.arc()));
-        match self.handle.schedule(move || fire.fire(), wait) {
+        match handing_over(|| self.handle.schedule(move || fire.fire(), wait)) {
             Ok(next) => {
+                self.saturated.store(false, Ordering::Relaxed);
                 let mut state = self.state.lock();
                 if state.end.is_none() {
                     let poke = (!wait.is_zero()).then(|| next.cancel_handle());
@@ -565,9 +656,21 @@ impl Shared {
                 // Cancelled meanwhile: this wake-up must not run.
                 next.cancel();
             }
-            // The dropped wake-up has ended the chain (`Fire::drop`).
-            Err(ScheduleError::Shutdown) => {}
-            Err(err) => self.report(err.into()),
+            Err(err @ ScheduleError::Saturated { .. }) => {
+                // A full pool (`max_pending`) is a moment, not an end: try again shortly,
+                // from the store's thread, and say so once per streak.
+                if !self.saturated.swap(true, Ordering::Relaxed) {
+                    self.report(err.into());
+                }
+                let shared = self.arc();
+                self.store.spawn(async move {
+                    tokio::time::sleep(SATURATED_RETRY).await;
+                    shared.plan(wait.saturating_sub(SATURATED_RETRY));
+                });
+            }
+            Err(_) => {
+                self.end(Err(TaskError::Shutdown));
+            }
         }
     }
 
