@@ -27,7 +27,7 @@ const CONNECTIONS: usize = 4;
 /// **Bounds, on this side of the wire**: a connect (TCP and login) gives up after the connect
 /// timeout (5 s), every other call after the call timeout (5 s), whatever the server or the
 /// network do; a frozen or silent server yields [`ClusterError::Unavailable`] with a
-/// [`StoreErrorKind::Timeout`] in that time. **Several connections** (4): a call takes the
+/// [`StoreErrorKind::Timeout`](super::StoreErrorKind::Timeout) in that time. **Several connections** (4): a call takes the
 /// least busy one, so one stalled call does not hold up the node's other jobs. **Connection
 /// loss** is repaired: a dead connection is replaced and the call retried once at once;
 /// failed connects back off (50 ms doubling to 2 s).
