@@ -54,8 +54,12 @@
 //! - **A claim whose answer is lost is not lost.** Each claim carries the last claim its node
 //!   handled; when the row shows a later claim made for this node that it never saw (the
 //!   connection broke after the database committed), the next claim hands it back to that
-//!   node, and to no other. (A node that dies between the two leaves its claim unrun: at
-//!   most once, like ShedLock.)
+//!   node, and to no other, with the reports of the runs it gave up.
+//! - **A claim never confirmed is reported.** A run ends with a release that confirms it. If
+//!   a claim's lease runs out unconfirmed (its node died mid-run, or lost the store, or lost
+//!   the answer and did not claim again in time) and another node's claim replaces it, that
+//!   node reports the run ([`SkipReason::Unconfirmed`]: it may not have run). It is never run
+//!   again: at most once, like ShedLock, but never silently.
 //! - **Every call is bounded on the client side** ([`PgLockStore`]): connect (TCP and login),
 //!   claim, release, renew and the admin calls end within their timeout whatever the server
 //!   does (frozen, silent, half-open); a timed-out connection is dropped and replaced. Calls
