@@ -478,6 +478,10 @@ fn burst_stopped_from_inside(workers: usize, burst: usize) {
     let stopper: Arc<Mutex<Option<Arc<ScheduledThreadPool>>>> =
         Arc::new(Mutex::new(Some(pool.clone())));
     let handed_back = Arc::new(AtomicUsize::new(usize::MAX));
+    // Opens once every task of the burst is in. On a busy machine the schedule loop can outlast
+    // the 5 ms lead: the tasks that come due meanwhile wait here before one of them stops the
+    // pool, so every schedule of the burst is accepted and the stop still lands mid-burst.
+    let all_in = common::Latch::new();
     // Warm up: workers idle after a timer, one watches the next tick.
     pool.schedule(|| (), Duration::from_millis(1))
         .unwrap()
@@ -488,9 +492,13 @@ fn burst_stopped_from_inside(workers: usize, burst: usize) {
     let futures: Vec<_> = (0..burst)
         .map(|_| {
             let (tally, stopper, back) = (tally.clone(), stopper.clone(), handed_back.clone());
+            let all_in = all_in.clone();
             pool.schedule_at(
                 move || {
                     tally.ran_in_pool.fetch_add(1, SeqCst);
+                    // Bounded: if it ever times out, `stopper` is taken anyway and the counts
+                    // below still have to add up.
+                    all_in.wait(LONG);
                     let me = stopper.lock().unwrap().take();
                     if let Some(pool) = me {
                         let pending = pool.shutdown_now();
@@ -502,6 +510,7 @@ fn burst_stopped_from_inside(workers: usize, burst: usize) {
             .unwrap()
         })
         .collect();
+    all_in.open();
     assert!(
         common::wait_until(LONG, || handed_back.load(SeqCst) != usize::MAX),
         "{workers} workers, burst {burst}: the burst never came due"
@@ -554,16 +563,22 @@ fn pool_dropped_from_inside(workers: usize, burst: usize) {
     let handle = pool.handle();
     let owner: Arc<Mutex<Option<ScheduledThreadPool>>> = Arc::new(Mutex::new(Some(pool)));
     let dropped = Arc::new(AtomicUsize::new(0));
+    // Opens once every task of the burst is in: a task that comes due while a slow (busy)
+    // machine is still scheduling the rest waits here, so the drop cannot refuse the rest of
+    // the burst's schedules, and it still lands while the burst comes due.
+    let all_in = common::Latch::new();
     let due = Instant::now() + Duration::from_millis(4);
     let slots: Vec<Arc<Slot>> = (0..burst).map(|_| Arc::new(Slot::default())).collect();
     let futures: Vec<_> = slots
         .iter()
         .map(|slot| {
             let (run, owner, dropped) = (counted_task(slot), owner.clone(), dropped.clone());
+            let all_in = all_in.clone();
             handle
                 .schedule_at(
                     move || {
                         run();
+                        all_in.wait(LONG);
                         let pool = owner.lock().unwrap().take();
                         if let Some(pool) = pool {
                             drop(pool);
@@ -576,6 +591,7 @@ fn pool_dropped_from_inside(workers: usize, burst: usize) {
         })
         .collect();
     drop(owner);
+    all_in.open();
     assert!(
         common::wait_until(LONG, || dropped.load(SeqCst) == 1),
         "{workers} workers, burst {burst}: the pool was never dropped"
