@@ -114,15 +114,23 @@ fn churn_round(workers: usize, producers: u64, per_producer: u64) {
         }
     }
     // The pool's own counts agree: nothing pending, one completion per run, one cancellation
-    // per successful cancel (the watcher's takes must not be lost or counted twice).
+    // per successful cancel (the watcher's takes must not be lost or counted twice), plus one
+    // per cancel that met a run already under way: that cancel returned false and the run went
+    // on (it counts as a run above), but the task ends Cancelled and the pool counts it so.
     let ran = records.iter().filter(|r| !r.cancelled).count() as u64;
-    let cancelled = records.len() as u64 - ran;
+    let cancelled_mid_run = records
+        .iter()
+        .filter(|r| !r.cancelled && r.future.is_cancelled())
+        .count() as u64;
+    let cancelled = records.len() as u64 - ran + cancelled_mid_run;
+    // Waits for `cancelled` too: a run's end counts its completion before its cancellation.
     assert!(
         common::wait_until(LONG, || {
             let st = pool.stats();
-            st.pending == 0 && st.running == 0 && st.completed == ran
+            st.pending == 0 && st.running == 0 && st.completed == ran && st.cancelled == cancelled
         }),
-        "{workers} workers: stats {:?}, expected {ran} completed",
+        "{workers} workers: stats {:?}, expected {ran} completed, {cancelled} cancelled \
+         ({cancelled_mid_run} of them while running)",
         pool.stats()
     );
     let st = pool.stats();
