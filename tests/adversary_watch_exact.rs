@@ -305,25 +305,37 @@ enum Stop {
 /// reads: see `tests/shutdown_now_race.rs`.)
 #[test]
 fn shutdown_now_while_a_burst_comes_due_accounts_for_every_task() {
+    /// Rounds that must stop mid-burst: a quarter of one pass over the plan below.
+    const MIXED: usize = 15;
     let mut rng = Lcg(99);
     let mut mixed = 0;
     let mut rounds = 0;
-    for workers in [1, 2, 3, 5, 8] {
-        for round in 0..12 {
-            let burst = if round % 2 == 0 { 10_000 } else { 2_000 };
-            let stop = if round % 3 != 2 {
-                Stop::AfterFirstRun(rng.next(2_000) as u32)
-            } else {
-                Stop::At(rng.next(1_000) as i64 - 300)
-            };
-            let (ran, back) = burst_round(workers, burst, stop);
-            rounds += 1;
-            mixed += usize::from(ran > 0 && back > 0);
+    // Where the stop lands depends on how fast the workers drain the burst against how soon
+    // this thread gets to `shutdown_now`: on a busy machine (or an optimised build) more
+    // rounds find the burst already drained. Such a round still checks every identity, but
+    // does not count: the plan runs again (at most five times) until MIXED rounds hit the race.
+    for _pass in 0..5 {
+        for workers in [1, 2, 3, 5, 8] {
+            for round in 0..12 {
+                let burst = if round % 2 == 0 { 10_000 } else { 2_000 };
+                let stop = if round % 3 != 2 {
+                    Stop::AfterFirstRun(rng.next(2_000) as u32)
+                } else {
+                    Stop::At(rng.next(1_000) as i64 - 300)
+                };
+                let (ran, back) = burst_round(workers, burst, stop);
+                rounds += 1;
+                mixed += usize::from(ran > 0 && back > 0);
+            }
+        }
+        if mixed >= MIXED {
+            break;
         }
     }
+    eprintln!("{mixed} of {rounds} rounds stopped mid-burst");
     // Not a check of the pool: a check that the rounds hit the race they are meant to.
     assert!(
-        mixed * 4 >= rounds,
+        mixed >= MIXED,
         "only {mixed} of {rounds} rounds stopped mid-burst"
     );
 }
