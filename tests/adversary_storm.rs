@@ -535,8 +535,18 @@ fn shard_emptied_by_cancels_between_chunks_of_a_storm_still_works() {
                     .unwrap();
                 assert!(ran >= deadline, "round {round}: fresh timer {k} early");
             }
-            let stats = pool.stats();
-            assert_eq!((stats.pending, stats.running), (0, 0), "{stats:?}");
+            // The cancelled tasks the timer thread had already handed out stay in the ready
+            // queues until a worker pops and drops each one, counting it in `running` for that
+            // moment; on a busy machine the workers may still be at it after the last join.
+            // Nothing may stay pending or running for good.
+            assert!(
+                common_wait(|| {
+                    let stats = pool.stats();
+                    (stats.pending, stats.running) == (0, 0)
+                }),
+                "round {round}: {:?}",
+                pool.stats()
+            );
         }
     });
 }

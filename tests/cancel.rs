@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{wait_until, DropCounter, Latch, Token, HOUR, LONG};
+use common::{block_worker, wait_until, DropCounter, Latch, Token, HOUR, LONG};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +19,10 @@ fn pool(threads: usize) -> ScheduledThreadPool {
 #[test]
 fn cancel_before_the_run() {
     let pool = pool(1);
+    // The only worker is held until the cancel has happened: a busy machine may stall this
+    // thread past the 20 ms deadline, and then the task must still be waiting (due, queued),
+    // not started, when the cancel comes.
+    let (release, blocker) = block_worker(&pool);
     let ran = Arc::new(AtomicUsize::new(0));
     let r = ran.clone();
     let f = pool
@@ -32,6 +36,8 @@ fn cancel_before_the_run() {
     assert!(!f.cancel(), "a second cancel changes nothing");
     assert!(f.is_cancelled() && f.is_done());
     assert_eq!(f.delay(), Duration::ZERO);
+    release.open();
+    assert_eq!(blocker.join(), Ok(true));
     // A later task on the same worker runs after the cancelled deadline has passed.
     assert_eq!(
         pool.schedule(|| (), Duration::from_millis(40))

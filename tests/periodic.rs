@@ -284,7 +284,9 @@ fn pool_default_policy_applies_and_the_task_option_overrides_it() {
 
 #[test]
 fn no_drift_over_ten_thousand_periods() {
-    bounded(|| {
+    // Ten thousand runs, each a hand-off between threads: the watchdog asks for progress (an
+    // advance returning), not for all of them within a fixed time on a busy machine.
+    bounded_with_progress(|progress| {
         const PERIODS: u64 = 10_000;
         const PERIOD_MS: u64 = 7;
         let clock = ManualClock::new();
@@ -309,6 +311,7 @@ fn no_drift_over_ten_thousand_periods() {
         while runs.elapsed() < ms(end) {
             let left = end - runs.elapsed().as_millis() as u64;
             clock.advance(ms(chunks[i % chunks.len()].min(left)));
+            progress.step();
             i += 1;
         }
         let times = runs.times();
@@ -342,7 +345,10 @@ impl OverlapProbe {
 
 #[test]
 fn runs_of_one_task_never_overlap_even_when_every_run_overruns() {
-    bounded(|| {
+    // Every run yields 20 times to leave room for an overlapping copy: on a busy machine each
+    // yield can cost a whole time slice, and there are hundreds of runs. The watchdog asks for
+    // progress (a run starting), not for all of them within a fixed time.
+    bounded_with_progress(|progress| {
         let clock = ManualClock::new();
         let pool = manual_pool(&clock, 4);
         let mut probes = Vec::new();
@@ -350,12 +356,13 @@ fn runs_of_one_task_never_overlap_even_when_every_run_overruns() {
         for policy in [MissedTicks::Burst, MissedTicks::Skip, MissedTicks::Delay] {
             for _ in 0..2 {
                 let probe = OverlapProbe::default();
-                let (p, c) = (probe.clone(), clock.clone());
+                let (p, c, progress) = (probe.clone(), clock.clone(), progress.clone());
                 let opts = PeriodicOptions::new().missed_ticks(policy);
                 let f = pool
                     .schedule_at_fixed_rate_with(
                         move || {
                             p.enter();
+                            progress.step();
                             if p.runs.load(SeqCst) <= 20 {
                                 // The first 20 runs overrun their 1 ms period by far. (Bounded:
                                 // a Burst task that always overran would never catch up, and

@@ -203,7 +203,9 @@ fn no_run_after_join(pool: ScheduledThreadPool, finals: &[(Arc<AtomicUsize>, usi
 
 #[test]
 fn cancel_racing_an_immediate_rearm_never_lets_a_run_start_after_it() {
-    bounded(|| {
+    // Ten thousand races: minutes on a busy machine. Each wait inside a race is bounded by
+    // `JOIN_LIMIT`; the watchdog only asks that the races keep coming.
+    bounded_with_progress(|progress| {
         // Each run advances the clock by one period, so every re-arm is already due and goes
         // straight back to a worker queue: the task re-arms back to back, as fast as it can,
         // while this thread cancels it.
@@ -227,6 +229,7 @@ fn cancel_racing_an_immediate_rearm_never_lets_a_run_start_after_it() {
         for i in 0..10_000 {
             let spin = rng.next() % 200;
             let out = race_once(&pool, i % 4, spin, &make_body, &mut finals);
+            progress.step();
             if out.landed_during_run {
                 during += 1;
             } else {
@@ -241,7 +244,8 @@ fn cancel_racing_an_immediate_rearm_never_lets_a_run_start_after_it() {
 
 #[test]
 fn cancel_racing_a_rearm_through_the_wheel_never_lets_a_run_start_after_it() {
-    bounded(|| {
+    // As above: the watchdog asks for progress, not for ten thousand races in a fixed time.
+    bounded_with_progress(|progress| {
         // Runs take no time; another thread keeps advancing the clock 1 ms at a time, so every
         // re-arm goes through the timer thread and the wheel while this thread cancels.
         let clock = ManualClock::new();
@@ -269,6 +273,7 @@ fn cancel_racing_a_rearm_through_the_wheel_never_lets_a_run_start_after_it() {
         for i in 0..10_000 {
             let spin = rng.next() % 2_000;
             race_once(&pool, i % 3, spin, &make_body, &mut finals);
+            progress.step();
         }
         stop.store(true, SeqCst);
         advancer.join().unwrap();

@@ -24,20 +24,57 @@ pub(crate) fn ms(n: u64) -> Duration {
 
 /// Runs `body` on its own thread and fails if it panics or does not finish within `WATCHDOG`.
 pub(crate) fn bounded(body: impl FnOnce() + Send + 'static) {
+    bounded_with_progress(|_| body());
+}
+
+/// What a long test body reports to [`bounded_with_progress`]: one `step` per round of work.
+#[derive(Clone, Default)]
+pub(crate) struct Progress(Arc<AtomicUsize>);
+
+impl Progress {
+    /// One more round done.
+    pub(crate) fn step(&self) {
+        self.0.fetch_add(1, SeqCst);
+    }
+
+    fn steps(&self) -> usize {
+        self.0.load(SeqCst)
+    }
+}
+
+/// Like [`bounded`], for a body of many rounds (thousands of races, ten thousand periods)
+/// whose total time depends on how busy the machine is: the watchdog fails when `WATCHDOG`
+/// passes without a single [`Progress::step`], not when the whole body outlasts it. A hang
+/// still fails; a slow, shared machine does not.
+pub(crate) fn bounded_with_progress(body: impl FnOnce(&Progress) + Send + 'static) {
+    let progress = Progress::default();
     let (tx, rx) = mpsc::channel();
-    let worker = thread::spawn(move || {
-        body();
-        let _ = tx.send(());
-    });
-    match rx.recv_timeout(WATCHDOG) {
-        Ok(()) => worker.join().unwrap(),
-        Err(mpsc::RecvTimeoutError::Disconnected) => {
-            // The body panicked: re-raise its panic in the test thread.
-            if let Err(p) = worker.join() {
-                std::panic::resume_unwind(p);
+    let worker = {
+        let progress = progress.clone();
+        thread::spawn(move || {
+            body(&progress);
+            let _ = tx.send(());
+        })
+    };
+    let mut seen = progress.steps();
+    loop {
+        match rx.recv_timeout(WATCHDOG) {
+            Ok(()) => return worker.join().unwrap(),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                // The body panicked: re-raise its panic in the test thread.
+                if let Err(p) = worker.join() {
+                    std::panic::resume_unwind(p);
+                }
+                return;
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                let now = progress.steps();
+                if now == seen {
+                    panic!("test body hung: no progress for {WATCHDOG:?} (after {now} steps)");
+                }
+                seen = now;
             }
         }
-        Err(mpsc::RecvTimeoutError::Timeout) => panic!("test body hung for {WATCHDOG:?}"),
     }
 }
 
