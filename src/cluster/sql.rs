@@ -126,9 +126,13 @@ WHERE name = $1::text AND (period_ns <> $2::bigint OR offset_ns <> $3::bigint)
 RETURNING last_run"
 );
 
-/// The batched claim: one statement, one `now()`, for every job in the arrays. Rows locked by
-/// another transaction (another node's claim, an administrator) are skipped and answered
-/// `busy`, so one locked row never holds up the rest of the batch.
+/// The batched claim: one statement, one `now()`, for every job in the arrays. Only rows the
+/// claim may change are locked (a run due after `last_run`, a pending trigger, a claim of this
+/// owner it never handled): the nodes that find the current run already claimed read it
+/// without writing a row lock. Rows locked by another transaction (another node's claim, an
+/// administrator) are skipped and answered `busy`, so one locked row never holds up the rest
+/// of the batch. Rows not locked can only be answered `mismatch`, `leased`, `taken` or
+/// `idle`: `last_run` only grows, so a stale read of them errs on the side of doing nothing.
 ///
 /// Arrays: `$1` name, `$2` period_ns, `$3` offset_ns, `$4` owner, `$5` node, `$6` lease_us,
 /// `$7` grace_ns, `$8` known claim_id (the last claim this owner ran).
@@ -157,25 +161,47 @@ pub(super) const CLAIM: &str = concat!(
 r AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[],
                           $6::bigint[], $7::bigint[], $8::bigint[]) WITH ORDINALITY
       AS r(name, period_ns, offset_ns, owner, node, lease_us, grace_ns, known, i)),
-c AS (SELECT j.* FROM wheelpool_jobs j WHERE j.name = ANY($1::text[])
-      ORDER BY j.name FOR UPDATE SKIP LOCKED),
-g AS (SELECT r.*, t.now, t.now_ns, c.name IS NOT NULL AS locked,
-        EXISTS (SELECT 1 FROM wheelpool_jobs x WHERE x.name = r.name) AS present,
-        c.period_ns AS s_period, c.offset_ns AS s_offset, c.last_run, c.claim_id, c.locked_by,
-        c.paused, c.triggers, c.triggers_run, c.lease_trigger, c.released AS was_released,
-        c.claim_run AS s_claim_run, c.claim_from AS s_claim_from,
+s AS (SELECT j.* FROM wheelpool_jobs j WHERE j.name = ANY($1::text[])),
+c AS (SELECT j.* FROM wheelpool_jobs j JOIN r ON r.name = j.name
+      WHERE j.last_run < ",
+    floor_div!("(SELECT now_ns FROM t) - j.offset_ns", "j.period_ns"),
+    "
+         OR j.triggers > j.triggers_run OR (j.locked_by = r.owner AND j.claim_id <> r.known)
+      ORDER BY j.name FOR UPDATE OF j SKIP LOCKED),
+x AS (SELECT r.name, c.name IS NOT NULL AS locked, s.name IS NOT NULL AS present,
+        s.last_run < ",
+    floor_div!("(SELECT now_ns FROM t) - s.offset_ns", "s.period_ns"),
+    "
+          OR s.triggers > s.triggers_run OR (s.locked_by = r.owner AND s.claim_id <> r.known)
+          AS needs_lock,
+        coalesce(c.period_ns, s.period_ns) AS period_ns, coalesce(c.offset_ns, s.offset_ns) AS offset_ns,
+        coalesce(c.last_run, s.last_run) AS last_run, coalesce(c.claim_id, s.claim_id) AS claim_id,
+        coalesce(c.locked_by, s.locked_by) AS locked_by, coalesce(c.paused, s.paused) AS paused,
+        coalesce(c.triggers, s.triggers) AS triggers,
+        coalesce(c.triggers_run, s.triggers_run) AS triggers_run,
+        coalesce(c.lease_trigger, s.lease_trigger) AS lease_trigger,
+        coalesce(c.released, s.released) AS released,
+        coalesce(c.claim_run, s.claim_run) AS claim_run,
+        coalesce(c.claim_from, s.claim_from) AS claim_from,
+        coalesce(c.locked_until, s.locked_until) AS locked_until
+      FROM r LEFT JOIN s ON s.name = r.name LEFT JOIN c ON c.name = r.name),
+g AS (SELECT r.*, t.now, t.now_ns, x.locked, x.present, x.needs_lock,
+        x.period_ns AS s_period, x.offset_ns AS s_offset, x.last_run, x.claim_id, x.locked_by,
+        x.paused, x.triggers, x.triggers_run, x.lease_trigger, x.released AS was_released,
+        x.claim_run AS s_claim_run, x.claim_from AS s_claim_from,
         ",
-    now_ns!("c.locked_until"),
+    now_ns!("x.locked_until"),
     " AS until_ns,
         ",
-    floor_div!("t.now_ns - c.offset_ns", "c.period_ns"),
+    floor_div!("t.now_ns - x.offset_ns", "x.period_ns"),
     " AS due,
-        greatest(c.last_run + 1, ",
-    floor_div!("t.now_ns - r.grace_ns - c.offset_ns", "c.period_ns"),
+        greatest(x.last_run + 1, ",
+    floor_div!("t.now_ns - r.grace_ns - x.offset_ns", "x.period_ns"),
     ") AS k
-      FROM r CROSS JOIN t LEFT JOIN c ON c.name = r.name),
+      FROM r CROSS JOIN t JOIN x ON x.name = r.name),
 d AS (SELECT g.*, CASE
-        WHEN NOT g.locked THEN CASE WHEN g.present THEN 'busy' ELSE 'missing' END
+        WHEN NOT g.present THEN 'missing'
+        WHEN NOT g.locked AND g.needs_lock THEN 'busy'
         WHEN g.s_period <> g.period_ns OR g.s_offset <> g.offset_ns THEN 'mismatch'
         WHEN g.locked_by = g.owner AND g.claim_id <> g.known THEN 'redeliver'
         WHEN g.until_ns > g.now_ns AND g.locked_by <> g.owner THEN 'leased'

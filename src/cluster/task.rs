@@ -387,7 +387,16 @@ impl Shared {
                 self.plan(self.spec.period.min(RESYNC));
             }
             Outcome::Leased => {
-                let at = self.planned(a.grid, a.k).max(i128::from(a.until_ns));
+                // The current run is claimed and its lease held: try the next run when it
+                // comes (the holder has usually released by then, and if it died after
+                // releasing, the next run is not held up by a lease that no longer counts).
+                // A run already due waits for the lease to end.
+                let next = self.planned(a.grid, a.k);
+                let at = if a.k > a.due {
+                    next
+                } else {
+                    next.max(i128::from(a.until_ns))
+                };
                 self.plan(self.until(at));
             }
             Outcome::Paused => {
