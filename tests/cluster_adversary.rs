@@ -2,6 +2,10 @@
 //! builds, against a real PostgreSQL server, a scenario in which one promise of the rule in
 //! `src/cluster/mod.rs` could break, and checks the promise. Database states are crafted with
 //! psql where a race would otherwise decide; every wait is bounded.
+//!
+//! Each test was written against a defect found in review, and each test's doc describes that
+//! defect as it was (present tense, with the lines then at fault); the fix landed with the test,
+//! which now guards the promise.
 
 mod pg_common;
 
@@ -10,7 +14,9 @@ use std::collections::BTreeSet;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use wheelpool::cluster::{ClusterError, ClusterJob, ClusterTask, PgLockStore, SkipReason};
+use wheelpool::cluster::{
+    ClusterError, ClusterJob, ClusterRun, ClusterTask, PgLockStore, SkipReason,
+};
 use wheelpool::{ScheduleError, ScheduledThreadPool};
 
 type Errors = Arc<Mutex<Vec<ClusterError>>>;
@@ -90,6 +96,93 @@ fn skipped(errors: &Errors) -> Vec<(u64, SkipReason)> {
             _ => None,
         })
         .collect()
+}
+
+/// The job the lost-claim tests schedule: lease 500 ms, misfire grace 60 s, on node `label`,
+/// errors to `errors`.
+fn lost_claim_job(
+    job: &str,
+    label: &'static str,
+    errors: &Errors,
+    store: Arc<PgLockStore>,
+) -> ClusterJob {
+    let e = errors.clone();
+    ClusterJob::builder(job, store)
+        .node(label)
+        .at_most_for(Duration::from_millis(500))
+        .misfire_grace(Duration::from_secs(60))
+        .on_error(move |err| e.lock().unwrap().push(err))
+        .build()
+        .unwrap()
+}
+
+/// A body that records (run number, node) in `runs`.
+fn recorder(runs: &Runs) -> impl FnMut(&ClusterRun<'_>) + Send + 'static {
+    let runs = runs.clone();
+    move |run| {
+        runs.lock()
+            .unwrap()
+            .push((run.number(), run.node().to_owned()))
+    }
+}
+
+/// Node `a` of a lost-claim test, once it has run once and its only worker is held (its chain
+/// cannot wake, so it cannot claim) and its lease has ended.
+struct HeldNode {
+    pool: ScheduledThreadPool,
+    task: ClusterTask,
+    errors: Errors,
+    /// The run it ran.
+    first: u64,
+    /// Sending (or dropping) frees its worker.
+    release: std::sync::mpsc::Sender<()>,
+}
+
+fn held_after_first_run(server: &PgServer, job: &str, period: Duration, runs: &Runs) -> HeldNode {
+    let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+    let errors: Errors = Arc::default();
+    let task = lost_claim_job(job, "a", &errors, store(server))
+        .schedule_at_fixed_rate(&pool.handle(), recorder(runs), period)
+        .unwrap();
+    assert!(
+        wait_until(LONG, || !runs.lock().unwrap().is_empty()),
+        "A never ran"
+    );
+    let first = runs.lock().unwrap()[0].0;
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let (started_tx, started) = std::sync::mpsc::channel::<()>();
+    pool.execute(move || {
+        started_tx.send(()).unwrap();
+        let _ = held.recv_timeout(LONG);
+    })
+    .unwrap();
+    started.recv_timeout(LONG).expect("blocker started");
+    // Any claim of A in flight is answered meanwhile (its next wake-up waits for the worker).
+    std::thread::sleep(Duration::from_millis(300));
+    let lease_over =
+        format!("SELECT locked_until <= now() FROM wheelpool_jobs WHERE name = '{job}'");
+    assert!(wait_until(LONG, || psql(server, &lease_over) == "t"));
+    assert_eq!(runs.lock().unwrap().len(), 1, "A ran once");
+    HeldNode {
+        pool,
+        task,
+        errors,
+        first,
+        release,
+    }
+}
+
+/// The run due now by the store's clock for `job`.
+fn due_run(server: &PgServer, job: &str) -> i64 {
+    psql(
+        server,
+        &format!(
+            "SELECT floor((extract(epoch FROM now()) * 1000000000 - offset_ns) / period_ns) \
+             FROM wheelpool_jobs WHERE name = '{job}'"
+        ),
+    )
+    .parse()
+    .unwrap()
 }
 
 fn since_epoch() -> Duration {
@@ -250,65 +343,20 @@ fn a_take_over_racing_the_first_insert_takes_over() {
 fn a_redelivered_claim_runs_under_its_own_number() {
     let server = PgServer::start();
     let period = Duration::from_secs(1);
-    let grace = Duration::from_secs(60);
     let runs: Runs = Arc::default();
-    let mk = |label: &'static str, errors: &Errors, s: Arc<PgLockStore>| {
-        let e = errors.clone();
-        ClusterJob::builder("lost", s)
-            .node(label)
-            .at_most_for(Duration::from_millis(500))
-            .misfire_grace(grace)
-            .on_error(move |err| e.lock().unwrap().push(err))
-            .build()
-            .unwrap()
-    };
-    let body = |runs: &Runs| {
-        let runs = runs.clone();
-        move |run: &wheelpool::cluster::ClusterRun<'_>| {
-            runs.lock()
-                .unwrap()
-                .push((run.number(), run.node().to_owned()))
-        }
-    };
-    let pool_a = ScheduledThreadPool::builder().threads(1).build().unwrap();
-    let errors_a: Errors = Arc::default();
-    let task_a: ClusterTask = mk("a", &errors_a, store(&server))
-        .schedule_at_fixed_rate(&pool_a.handle(), body(&runs), period)
-        .unwrap();
-    assert!(
-        wait_until(LONG, || !runs.lock().unwrap().is_empty()),
-        "A never ran"
-    );
-    let first = runs.lock().unwrap()[0].0;
+    let HeldNode {
+        pool: pool_a,
+        task: task_a,
+        errors: errors_a,
+        first,
+        release: release_a,
+    } = held_after_first_run(&server, "lost", period, &runs);
     let lost = first + 1;
-
-    // Hold A's only worker: its chain cannot wake, so cannot claim.
-    let (release_a, held) = std::sync::mpsc::channel::<()>();
-    let (started_tx, started) = std::sync::mpsc::channel::<()>();
-    pool_a
-        .execute(move || {
-            started_tx.send(()).unwrap();
-            let _ = held.recv_timeout(LONG);
-        })
-        .unwrap();
-    started.recv_timeout(LONG).expect("blocker started");
-    // Any claim of A in flight is answered meanwhile (its next wake-up waits for the worker).
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(wait_until(LONG, || psql(
-        &server,
-        "SELECT locked_until <= now() FROM wheelpool_jobs WHERE name = 'lost'"
-    ) == "t"));
-    assert_eq!(runs.lock().unwrap().len(), 1, "A ran once");
-    // Until run `lost + 1` is due (so that a claim now finds a run to give up while paused).
-    let due = || -> i64 {
-        psql(
-            &server,
-            "SELECT floor((extract(epoch FROM now()) * 1000000000 - offset_ns) / period_ns) \
-             FROM wheelpool_jobs WHERE name = 'lost'",
-        )
-        .parse()
-        .unwrap()
+    let due = || due_run(&server, "lost");
+    let mk = |label: &'static str, errors: &Errors, s: Arc<PgLockStore>| {
+        lost_claim_job("lost", label, errors, s)
     };
+    let body = recorder;
     assert!(wait_until(LONG, || due() > lost as i64));
     // A's claim of run `lost`, committed but never answered, its lease already over; and an
     // administrator's pause.
@@ -429,59 +477,19 @@ fn a_lost_claim_overtaken_by_another_node_is_reported() {
     let server = PgServer::start();
     let period = Duration::from_secs(1);
     let runs: Runs = Arc::default();
-    let mk = |label: &'static str, errors: &Errors, s: Arc<PgLockStore>| {
-        let e = errors.clone();
-        ClusterJob::builder("overtaken", s)
-            .node(label)
-            .at_most_for(Duration::from_millis(500))
-            .misfire_grace(Duration::from_secs(60))
-            .on_error(move |err| e.lock().unwrap().push(err))
-            .build()
-            .unwrap()
-    };
-    let body = |runs: &Runs| {
-        let runs = runs.clone();
-        move |run: &wheelpool::cluster::ClusterRun<'_>| {
-            runs.lock()
-                .unwrap()
-                .push((run.number(), run.node().to_owned()))
-        }
-    };
-    let pool_a = ScheduledThreadPool::builder().threads(1).build().unwrap();
-    let errors_a: Errors = Arc::default();
-    let task_a = mk("a", &errors_a, store(&server))
-        .schedule_at_fixed_rate(&pool_a.handle(), body(&runs), period)
-        .unwrap();
-    assert!(
-        wait_until(LONG, || !runs.lock().unwrap().is_empty()),
-        "A never ran"
-    );
-    let first = runs.lock().unwrap()[0].0;
+    let HeldNode {
+        pool: pool_a,
+        task: task_a,
+        errors: errors_a,
+        first,
+        release: release_a,
+    } = held_after_first_run(&server, "overtaken", period, &runs);
     let lost = first + 1;
-    let (release_a, held) = std::sync::mpsc::channel::<()>();
-    let (started_tx, started) = std::sync::mpsc::channel::<()>();
-    pool_a
-        .execute(move || {
-            started_tx.send(()).unwrap();
-            let _ = held.recv_timeout(LONG);
-        })
-        .unwrap();
-    started.recv_timeout(LONG).expect("blocker started");
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(wait_until(LONG, || psql(
-        &server,
-        "SELECT locked_until <= now() FROM wheelpool_jobs WHERE name = 'overtaken'"
-    ) == "t"));
-    assert_eq!(runs.lock().unwrap().len(), 1, "A ran once");
-    let due = || -> i64 {
-        psql(
-            &server,
-            "SELECT floor((extract(epoch FROM now()) * 1000000000 - offset_ns) / period_ns) \
-             FROM wheelpool_jobs WHERE name = 'overtaken'",
-        )
-        .parse()
-        .unwrap()
+    let due = || due_run(&server, "overtaken");
+    let mk = |label: &'static str, errors: &Errors, s: Arc<PgLockStore>| {
+        lost_claim_job("overtaken", label, errors, s)
     };
+    let body = recorder;
     assert!(wait_until(LONG, || due() >= lost as i64));
     // A's claim of run `lost`: committed, never answered, lease over.
     let crafted = psql(
