@@ -339,22 +339,16 @@ impl PgServer {
     /// Starts psql in the background on `script` (fed on stdin, one statement per line), as a
     /// session named `app`; killed on drop. No statement timeout: the script decides.
     pub(crate) fn spawn_psql(&self, app: &str, script: &str) -> PsqlChild {
-        let mut child = self
-            .psql_command(app)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn psql");
+        let mut session = self.psql_session(app);
         {
             use std::io::Write;
-            let mut stdin = child.stdin.take().expect("psql stdin");
+            let mut stdin = session.stdin.take().expect("psql stdin");
             stdin
                 .write_all(script.as_bytes())
                 .expect("write the psql script");
             // Dropped: psql sees the end of its script and exits after the last statement.
         }
-        PsqlChild { child, stdin: None }
+        session
     }
 
     /// Starts an interactive psql session named `app`: statements go in with
