@@ -222,19 +222,8 @@ impl ClusterJob {
                 self.offset
             ));
         }
-        if !(MIN_STEP..=MAX_SPAN).contains(&lease) {
-            return invalid(format!(
-                "at_most_for {lease:?} is not within 1 ms ..= 100 years"
-            ));
-        }
-        if lease.subsec_nanos() % 1_000 != 0 {
-            return invalid(format!(
-                "at_most_for {lease:?} is not a whole number of microseconds (the store's unit)"
-            ));
-        }
-        if grace > MAX_SPAN {
-            return invalid(format!("misfire_grace {grace:?} is over 100 years"));
-        }
+        check_lease(lease)?;
+        check_grace(grace)?;
         Ok(Spec {
             job: self.name.as_str().into(),
             node: self.node.as_str().into(),
@@ -264,6 +253,26 @@ fn random_tag() -> String {
         hasher.finish()
     };
     format!("{:016x}{:016x}", half(), half())
+}
+
+/// Checks a lease: 1 ms ..= 100 years, in whole microseconds (the store's unit for it).
+fn check_lease(lease: Duration) -> Result<(), ClusterError> {
+    if !(MIN_STEP..=MAX_SPAN).contains(&lease) || lease.subsec_nanos() % 1_000 != 0 {
+        return Err(ClusterError::InvalidJob(format!(
+            "at_most_for {lease:?} is not a whole number of microseconds within 1 ms ..= 100 years"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a misfire grace: at most 100 years.
+fn check_grace(grace: Duration) -> Result<(), ClusterError> {
+    if grace > MAX_SPAN {
+        return Err(ClusterError::InvalidJob(format!(
+            "misfire_grace {grace:?} is over 100 years"
+        )));
+    }
+    Ok(())
 }
 
 /// Checks a name or label: 1 to [`MAX_NAME`] bytes, no NUL (the store's text cannot hold one).
@@ -471,19 +480,9 @@ impl ClusterJobBuilder {
     pub fn build(self) -> Result<ClusterJob, ClusterError> {
         check_name("name", &self.job.name)?;
         check_name("node label", &self.job.node)?;
-        if let Some(lease) = self.job.lease {
-            if !(MIN_STEP..=MAX_SPAN).contains(&lease) || lease.subsec_nanos() % 1_000 != 0 {
-                return Err(ClusterError::InvalidJob(format!(
-                    "at_most_for {lease:?} is not a whole number of microseconds within \
-                     1 ms ..= 100 years"
-                )));
-            }
-        }
-        if self.job.grace.is_some_and(|g| g > MAX_SPAN) {
-            return Err(ClusterError::InvalidJob(
-                "misfire_grace is over 100 years".into(),
-            ));
-        }
+        // Checked here when set, and again when scheduled (where the period gives defaults).
+        self.job.lease.map_or(Ok(()), check_lease)?;
+        self.job.grace.map_or(Ok(()), check_grace)?;
         Ok(self.job)
     }
 }

@@ -27,7 +27,7 @@ impl Shared {
     }
 
     /// Reports runs `from..=to` as skipped for `reason` (nothing if the range is empty).
-    pub(super) fn skipped(&self, a: &ClaimAnswer, from: i64, to: i64, reason: SkipReason) {
+    pub(super) fn skipped(&self, grid: (i64, i64), from: i64, to: i64, reason: SkipReason) {
         if from > to {
             return;
         }
@@ -41,7 +41,7 @@ impl Shared {
             self.report(ClusterError::RunSkipped {
                 job: self.spec.job.to_string(),
                 run: u64::try_from(run).unwrap_or(0),
-                planned_at: system_time(self.planned(a.grid, run)),
+                planned_at: system_time(self.planned(grid, run)),
                 reason,
             });
         }
@@ -55,7 +55,8 @@ impl Shared {
 
     /// Hands `err` to the job's handler on the pool, or, without one, to the pool's panic
     /// handler as the panic of a separate one-shot task (the job itself goes on). If the pool
-    /// refuses (it is shutting down), the handler runs here, or the message goes to stderr.
+    /// refuses (it is shutting down), the handler runs on a thread of its own (never on the
+    /// store's thread), or, without a handler, the message goes to stderr.
     pub(super) fn report(&self, err: ClusterError) {
         match &self.on_error {
             Some(handler) => {
@@ -98,7 +99,7 @@ impl Shared {
     /// Reports the unconfirmed claim a won claim superseded, if any (see `sql::CLAIM`).
     pub(super) fn unconfirmed(&self, a: &ClaimAnswer) {
         if let Some((run, triggered)) = a.orphan {
-            self.skipped(a, run, run, SkipReason::Unconfirmed { triggered });
+            self.skipped(a.grid, run, run, SkipReason::Unconfirmed { triggered });
         }
     }
 }

@@ -19,7 +19,6 @@
 use super::batch::{ClaimAnswer, ClaimRequest, LeaseState, Outcome, ReleaseRequest, Reply};
 use super::calls::{on_store_thread, LocalJob, StoreCore};
 use super::error::{ClusterError, SkipReason, StoreError};
-use super::pg::system_time;
 use super::run::{ClusterRun, Won};
 use super::stats::Counters;
 use crate::sync::{Arc, AtomicBool, Condvar, Mutex, Ordering, Weak};
@@ -400,14 +399,14 @@ impl Shared {
                 self.plan(self.until(at));
             }
             Outcome::Paused => {
-                self.skipped(&a, a.last_run + 1, a.k - 1, SkipReason::Misfired);
-                self.skipped(&a, a.k, a.due, SkipReason::Paused);
+                self.skipped(a.grid, a.last_run + 1, a.k - 1, SkipReason::Misfired);
+                self.skipped(a.grid, a.k, a.due, SkipReason::Paused);
                 let next = self.planned(a.grid, a.due + 1);
                 self.plan(self.until(next));
             }
             Outcome::Won { run, claim } => {
                 self.unconfirmed(&a);
-                self.skipped(&a, a.last_run + 1, a.k - 1, SkipReason::Misfired);
+                self.skipped(a.grid, a.last_run + 1, a.k - 1, SkipReason::Misfired);
                 self.start_run(won(run, claim, false));
             }
             Outcome::Triggered { run, claim } => {
@@ -423,10 +422,10 @@ impl Shared {
                 let too_old = self.planned(a.grid, run + 1) + i128::from(nanos(self.spec.grace));
                 // The runs the lost claim gave up are reported now, as its answer would have.
                 if !trigger {
-                    self.skipped(&a, a.from, run - 1, SkipReason::Misfired);
+                    self.skipped(a.grid, a.from, run - 1, SkipReason::Misfired);
                 }
                 if !trigger && i128::from(a.store_ns) > too_old {
-                    self.skipped(&a, run, run, SkipReason::Misfired);
+                    self.skipped(a.grid, run, run, SkipReason::Misfired);
                     self.handled(won(run, claim, trigger), false);
                 } else {
                     self.start_run(won(run, claim, trigger));
@@ -469,13 +468,7 @@ impl Shared {
     /// A claimed run that will not run (its pool is shutting down): reported, and its lease
     /// released. The run is claimed, so no other node runs it.
     fn abandon(self: &Arc<Self>, won: Won) {
-        self.count(|c| c.skipped(SkipReason::Shutdown, 1));
-        self.report(ClusterError::RunSkipped {
-            job: self.spec.job.to_string(),
-            run: u64::try_from(won.run).unwrap_or(0),
-            planned_at: system_time(self.planned(won.grid, won.run)),
-            reason: SkipReason::Shutdown,
-        });
+        self.skipped(won.grid, won.run, won.run, SkipReason::Shutdown);
         self.end(Err(TaskError::Shutdown));
         self.handled(won, false);
     }
