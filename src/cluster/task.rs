@@ -347,7 +347,13 @@ impl Shared {
             if a.outcome != Outcome::Busy {
                 chain.busy = 0;
             }
-            if a.outcome != Outcome::Mismatch {
+            // Only an answer that read the row and found our grid ends a mismatch: a locked
+            // (busy) or missing row says nothing about it, and must not make the next
+            // mismatch be reported again.
+            if !matches!(
+                a.outcome,
+                Outcome::Mismatch | Outcome::Busy | Outcome::Missing
+            ) {
                 chain.mismatch = None;
             }
         }
