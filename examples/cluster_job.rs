@@ -33,15 +33,7 @@ struct Node {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (_server, url) = match std::env::var("DATABASE_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
-            let server = pg_common::PgServer::start();
-            let url = server.url();
-            println!("started a throwaway PostgreSQL server: {url}");
-            (Some(server), url)
-        }
-    };
+    let (_server, url) = common::database();
 
     let (tx, rx) = mpsc::channel();
     let mut nodes = Vec::new();

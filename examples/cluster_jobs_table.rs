@@ -23,14 +23,7 @@ use wheelpool::cluster::{ClusterJob, ClusterRun, ClusterTask, PgLockStore};
 use wheelpool::ScheduledThreadPool;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (_server, url) = match std::env::var("DATABASE_URL") {
-        Ok(url) => (None, url),
-        Err(_) => {
-            let server = pg_common::PgServer::start();
-            let url = server.url();
-            (Some(server), url)
-        }
-    };
+    let (_server, url) = common::database();
 
     let jobs = [
         ("heartbeat-sweep", Duration::from_millis(200)),
