@@ -122,6 +122,14 @@ fn main() {
         .zip(&before)
         .map(|(a, b)| a.claims - b.claims)
         .sum();
+    let sum = |f: fn(&ClusterStats) -> u64| {
+        after
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| f(a) - f(b))
+            .sum::<u64>()
+    };
+    let (won, taken) = (sum(|s| s.claims_won), sum(|s| s.found_taken));
     let lat = |f: fn(&ClusterStats) -> Option<Duration>| {
         after
             .iter()
@@ -140,13 +148,14 @@ fn main() {
         "{{\"impl\":\"wheelpool-cluster\",\"jobs\":{jobs},\"nodes\":{nodes},\"period_ms\":{},\
          \"periods\":{},\"runs\":{},\"missing\":{missing},\"doubles\":{doubles},\
          \"skipped_reported\":{skipped},\"other_errors\":{other_errors},\
-         \"claims_per_s\":{:.0},\"claim_p50_us\":{},\"claim_p99_us\":{},\"claim_max_us\":{},\
+         \"claims_per_s\":{:.0},\"won\":{won},\"taken\":{taken},\"other_claims\":{},\"claim_p50_us\":{},\"claim_p99_us\":{},\"claim_max_us\":{},\
          \"late_p50_us\":{},\"late_p99_us\":{},\"late_max_us\":{},\
          \"period_last_p50_us\":{},\"period_last_max_us\":{}}}",
         PERIOD.as_millis(),
         last_run + 1 - skip_before,
         late.len(),
         claims as f64 / (PERIOD * secs as u32).as_secs_f64(),
+        claims - won - taken,
         lat(|s| s.claim_latency_p50),
         lat(|s| s.claim_latency_p99),
         lat(|s| s.claim_latency_max),

@@ -7,8 +7,9 @@
 //!
 //! Without `DATABASE_URL` it starts a throwaway PostgreSQL 15 server (initdb in a temporary
 //! directory, removed at the end). Three nodes, each with its own pool and connection, schedule
-//! the same job every 200 ms; each period is run by exactly one of them. Half way, node-1 leaves
-//! and the other two carry on.
+//! the same job every 200 ms; each period is run by exactly one of them: the node that ran the
+//! last period keeps the job while it claims on time, the others stand by. Half way, node-1
+//! leaves and the other two carry on (one of them takes the job over).
 
 #[path = "../tests/pg_common/mod.rs"]
 mod pg_common;

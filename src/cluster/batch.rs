@@ -95,15 +95,45 @@ pub(super) enum LeaseState {
 }
 
 /// Requests waiting for a batch, and how many tasks are sending batches of them.
+///
+/// The rule is group commit: one sender per queue, sending everything queued while its last
+/// statement ran as the next statement, so a burst of requests goes out in a few large
+/// statements rather than many small ones (the server's cost is mostly per statement). More
+/// senders start, up to one per connection, only when a full batch waits for each sender
+/// already sending, or when a sender's statement has stalled.
 pub(super) struct Queue<T> {
     items: VecDeque<T>,
+    /// Sender tasks running, stalled ones included.
     senders: usize,
+    /// Senders whose statement outlasted the stall bound and is still in flight.
+    stalled: usize,
 }
 
 impl<T> Queue<T> {
     /// A sender that stopped without emptying the queue (it unwound) is counted out.
     pub(super) fn give_back_sender(&mut self) {
         self.senders = self.senders.saturating_sub(1);
+    }
+
+    /// A sender's statement has stalled; true if the caller must start another sender (by
+    /// the rule of [`push`](Self::push)).
+    pub(super) fn stall(&mut self, max: usize) -> bool {
+        self.stalled += 1;
+        self.start_sender(max)
+    }
+
+    /// True, counting it, if a sender must start: fewer than `max` run and more than a full
+    /// batch waits for each one sending (any item, if none is).
+    fn start_sender(&mut self, max: usize) -> bool {
+        let sending = self.senders.saturating_sub(self.stalled);
+        let start = self.senders < max && self.items.len() > MAX_BATCH * sending;
+        self.senders += usize::from(start);
+        start
+    }
+
+    /// A stalled statement ended (or its sender went away).
+    pub(super) fn unstall(&mut self) {
+        self.stalled = self.stalled.saturating_sub(1);
     }
 }
 
@@ -112,6 +142,7 @@ impl<T> Default for Queue<T> {
         Self {
             items: VecDeque::new(),
             senders: 0,
+            stalled: 0,
         }
     }
 }
@@ -122,12 +153,12 @@ pub(super) trait ForJob {
 }
 
 impl<T: ForJob> Queue<T> {
-    /// Queues `item`; true if the caller must start a sender (fewer than `max` run).
+    /// Queues `item`; true if the caller must start a sender: none is sending (every one
+    /// running has stalled), or a full batch waits for each one sending, and fewer than `max`
+    /// run.
     pub(super) fn push(&mut self, item: T, max: usize) -> bool {
         self.items.push_back(item);
-        let start = self.senders < max;
-        self.senders += usize::from(start);
-        start
+        self.start_sender(max)
     }
 
     /// The next batch: up to [`MAX_BATCH`] requests in queue order, never two for one job
@@ -290,4 +321,95 @@ pub(super) fn answer(row: &Row, received: Instant) -> Result<ClaimAnswer, tokio_
             None => None,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Req(String);
+
+    impl ForJob for Req {
+        fn job(&self) -> &str {
+            &self.0
+        }
+    }
+
+    fn req(i: usize) -> Req {
+        Req(format!("job-{i}"))
+    }
+
+    #[test]
+    fn one_sender_until_a_full_batch_waits_for_each() {
+        let mut q = Queue::default();
+        assert!(q.push(req(0), 4), "the first request starts a sender");
+        for i in 1..MAX_BATCH {
+            assert!(!q.push(req(i), 4), "request {i}: one sender takes it all");
+        }
+        // MAX_BATCH + 1 waiting for one sender: a second one starts.
+        assert!(q.push(req(MAX_BATCH), 4));
+        assert_eq!(q.senders, 2);
+        for i in MAX_BATCH + 1..2 * MAX_BATCH {
+            assert!(!q.push(req(i), 4), "request {i}");
+        }
+        assert!(q.push(req(2 * MAX_BATCH), 4), "a third past two full batches");
+        // Never more than `max`.
+        for i in 0..10 * MAX_BATCH {
+            q.push(req(2 * MAX_BATCH + 1 + i), 4);
+        }
+        assert_eq!(q.senders, 4);
+        // The senders drain it in full batches, then give themselves back.
+        let mut taken = 0;
+        while let Some(batch) = q.take() {
+            assert!(batch.len() <= MAX_BATCH);
+            taken += batch.len();
+            if q.items.is_empty() {
+                break;
+            }
+        }
+        assert_eq!(taken, 12 * MAX_BATCH + 1);
+        assert_eq!(q.senders, 4, "no sender gave itself back while items waited");
+        for left in (0..4).rev() {
+            assert!(q.take().is_none());
+            assert_eq!(q.senders, left);
+        }
+    }
+
+    #[test]
+    fn a_stalled_sender_lets_another_start() {
+        let mut q = Queue::default();
+        assert!(q.push(req(0), 2));
+        assert_eq!(q.take().map(|b| b.len()), Some(1));
+        // Its statement stalls with nothing waiting: nobody starts yet...
+        assert!(!q.stall(2));
+        // ...but the next request starts a sender, as if none were sending.
+        assert!(q.push(req(1), 2));
+        assert_eq!(q.senders, 2);
+        // That one stalls too: a third would pass `max`.
+        assert!(!q.stall(2));
+        assert!(!q.push(req(2), 2));
+        // A stall that ends counts as sending again.
+        q.unstall();
+        q.unstall();
+        assert_eq!(q.stalled, 0);
+        assert_eq!(q.senders, 2);
+        // A stall seen with requests waiting starts a sender at once.
+        let mut q = Queue::default();
+        assert!(q.push(req(0), 3));
+        q.push(req(1), 3);
+        assert!(q.stall(3));
+        assert_eq!(q.senders, 2);
+    }
+
+    #[test]
+    fn a_batch_holds_each_job_once() {
+        let mut q = Queue::default();
+        q.push(req(1), 1);
+        q.push(req(2), 1);
+        q.push(req(1), 1);
+        let first: Vec<String> = q.take().unwrap().into_iter().map(|r| r.0).collect();
+        assert_eq!(first, ["job-1", "job-2"]);
+        let second: Vec<String> = q.take().unwrap().into_iter().map(|r| r.0).collect();
+        assert_eq!(second, ["job-1"]);
+    }
 }

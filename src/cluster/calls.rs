@@ -38,12 +38,30 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tokio_postgres::config::Host;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, Config, NoTls, Row};
+use tokio_postgres::{Client, Config, NoTls, Row, Statement};
 
 /// First wait after a failed connect; it doubles on each failure up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 /// Longest wait between connect attempts: how late a node notices that the server is back.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// How long a batch's statement may be in flight before its sender stops counting as one:
+/// well above a busy server's time for a full batch, well below any call timeout.
+/// How long a sender that starts waits before taking its first batch, so requests that come
+/// together (every job due at one instant) go out in one statement, not in one each.
+const GATHER: Duration = Duration::from_millis(1);
+const STALL: Duration = Duration::from_millis(50);
+/// The parameter types of [`sql::CLAIM`] and [`sql::RELEASE`].
+const CLAIM_TYPES: [Type; 8] = [
+    Type::TEXT_ARRAY,
+    Type::INT8_ARRAY,
+    Type::INT8_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::TEXT_ARRAY,
+    Type::INT8_ARRAY,
+    Type::INT8_ARRAY,
+    Type::INT8_ARRAY,
+];
+const RELEASE_TYPES: [Type; 3] = [Type::TEXT_ARRAY, Type::INT8_ARRAY, Type::TEXT_ARRAY];
 /// Bound on the cancel request sent for a statement that ran out of time.
 const CANCEL_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -75,9 +93,27 @@ struct Slot {
     conn: tokio::sync::Mutex<SlotConn>,
 }
 
+/// A connection, and the batch statements prepared on it: parsed and analysed once per
+/// connection instead of once per batch (the server's cost for a small batch was mostly
+/// that). Each is planned again for its arguments (`plan_cache_mode`), since a generic plan
+/// cannot see how many rows the arrays hold.
+pub(super) struct Session {
+    client: Client,
+    claim: Statement,
+    release: Statement,
+}
+
+impl std::ops::Deref for Session {
+    type Target = Client;
+
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
 #[derive(Default)]
 struct SlotConn {
-    client: Option<Arc<Client>>,
+    client: Option<Arc<Session>>,
     /// The task driving the connection's socket: aborted to close it.
     driver: Option<JoinHandle<()>>,
     failures: u32,
@@ -177,33 +213,59 @@ impl StoreCore {
         );
     }
 
-    /// Queues `req` in `queue`, and starts a sender that sends the queue's batches with
-    /// `send` until it is empty, unless enough senders run already.
-    fn enqueue<T, F, Fut>(self: &Arc<Self>, req: T, queue: fn(&Self) -> &Mutex<Queue<T>>, send: F)
+    /// Queues `req` in `queue`, and starts a sender when the queue's rule asks for one (see
+    /// [`Queue::push`]).
+    fn enqueue<T, F, Fut>(self: &Arc<Self>, req: T, queue: QueueOf<T>, send: F)
     where
         T: ForJob + Send + 'static,
-        F: Fn(Arc<Self>, Vec<T>) -> Fut + Send + 'static,
+        F: Fn(Arc<Self>, Vec<T>) -> Fut + Copy + Send + 'static,
         Fut: Future<Output = ()> + Send,
     {
         if queue(self).lock().push(req, self.slots.len()) {
-            let core = self.clone();
-            self.runtime.spawn(async move {
-                // If this task unwinds, the sender it counts for is given back, so later
-                // requests still start one.
-                let mut sending = Sending {
-                    core,
-                    queue,
-                    done: false,
-                };
-                loop {
-                    let Some(batch) = queue(&sending.core).lock().take() else {
-                        sending.done = true; // `take` gave the sender back
-                        return;
-                    };
-                    send(sending.core.clone(), batch).await;
-                }
-            });
+            self.start_sender(queue, send);
         }
+    }
+
+    /// A task that sends the queue's batches with `send`, one statement at a time, until the
+    /// queue is empty. A statement still in flight after [`STALL`] (a frozen backend, a lost
+    /// network) no longer counts as sending: the queue may start another sender on another
+    /// connection, so one stuck call holds up only its own batch.
+    fn start_sender<T, F, Fut>(self: &Arc<Self>, queue: QueueOf<T>, send: F)
+    where
+        T: ForJob + Send + 'static,
+        F: Fn(Arc<Self>, Vec<T>) -> Fut + Copy + Send + 'static,
+        Fut: Future<Output = ()> + Send,
+    {
+        let core = self.clone();
+        self.runtime.spawn(async move {
+            // If this task unwinds or is dropped, the sender (and its stall) it counts for is
+            // given back, so later requests still start one.
+            let mut sending = Sending {
+                core,
+                queue,
+                done: false,
+                stalled: false,
+            };
+            tokio::time::sleep(GATHER).await;
+            loop {
+                let Some(batch) = queue(&sending.core).lock().take() else {
+                    sending.done = true; // `take` gave the sender back
+                    return;
+                };
+                let call = send(sending.core.clone(), batch);
+                let mut call = std::pin::pin!(call);
+                if tokio::time::timeout(STALL, call.as_mut()).await.is_ok() {
+                    continue;
+                }
+                sending.stalled = true;
+                if queue(&sending.core).lock().stall(sending.core.slots.len()) {
+                    sending.core.start_sender(queue, send);
+                }
+                call.await;
+                sending.stalled = false;
+                queue(&sending.core).lock().unstall();
+            }
+        });
     }
 
     async fn claim_batch(&self, batch: Vec<ClaimRequest>) {
@@ -216,17 +278,16 @@ impl StoreCore {
         let leases: Vec<i64> = batch.iter().map(|r| r.lease_us).collect();
         let graces: Vec<i64> = batch.iter().map(|r| r.grace_ns).collect();
         let known: Vec<i64> = batch.iter().map(|r| r.known).collect();
-        let args: [(&(dyn ToSql + Sync), Type); 8] = [
-            (&names, Type::TEXT_ARRAY),
-            (&periods, Type::INT8_ARRAY),
-            (&offsets, Type::INT8_ARRAY),
-            (&owners, Type::TEXT_ARRAY),
-            (&nodes, Type::TEXT_ARRAY),
-            (&leases, Type::INT8_ARRAY),
-            (&graces, Type::INT8_ARRAY),
-            (&known, Type::INT8_ARRAY),
+        let args: [&(dyn ToSql + Sync); 8] = [
+            &names, &periods, &offsets, &owners, &nodes, &leases, &graces, &known,
         ];
-        let result = self.query("claim", sql::CLAIM, &args).await;
+        let args = &args;
+        let result = self
+            .bounded(
+                "claim",
+                |s| async move { s.client.query(&s.claim, args).await },
+            )
+            .await;
         let received = Instant::now();
         self.stats.claim_latency.record(received - sent);
         let replies = batch.into_iter().map(|r| r.reply);
@@ -237,12 +298,13 @@ impl StoreCore {
         let names: Vec<&str> = batch.iter().map(|r| &*r.job).collect();
         let claims: Vec<i64> = batch.iter().map(|r| r.claim).collect();
         let owners: Vec<&str> = batch.iter().map(|r| &*r.owner).collect();
-        let args: [(&(dyn ToSql + Sync), Type); 3] = [
-            (&names, Type::TEXT_ARRAY),
-            (&claims, Type::INT8_ARRAY),
-            (&owners, Type::TEXT_ARRAY),
-        ];
-        let result = self.query("release", sql::RELEASE, &args).await;
+        let args: [&(dyn ToSql + Sync); 3] = [&names, &claims, &owners];
+        let args = &args;
+        let result = self
+            .bounded("release", |s| async move {
+                s.client.query(&s.release, args).await
+            })
+            .await;
         let replies = batch.into_iter().map(|r| r.reply);
         answer_each(result, replies, lease_state);
     }
@@ -359,7 +421,7 @@ impl StoreCore {
     /// Runs `op` on the least busy connection within the call timeout (see the ground rules).
     async fn bounded<'a, R, F, Fut>(&'a self, call: &'static str, op: F) -> Result<R, ClusterError>
     where
-        F: Fn(Arc<Client>) -> Fut,
+        F: Fn(Arc<Session>) -> Fut,
         Fut: Future<Output = Result<R, tokio_postgres::Error>> + 'a,
     {
         let deadline = tokio::time::Instant::now() + self.call_timeout;
@@ -409,7 +471,7 @@ impl StoreCore {
     }
 
     /// The slot's live connection, or a new one.
-    async fn client(&self, slot: &Slot, call: &'static str) -> Result<Arc<Client>, StoreError> {
+    async fn client(&self, slot: &Slot, call: &'static str) -> Result<Arc<Session>, StoreError> {
         let mut conn = slot.conn.lock().await;
         if let Some(client) = conn.client.as_ref().filter(|c| !c.is_closed()) {
             return Ok(client.clone());
@@ -439,7 +501,7 @@ impl StoreCore {
     }
 
     /// Opens a connection: login, session bounds, and the table on the store's first connect.
-    async fn open(&self) -> Result<(Client, JoinHandle<()>), StoreError> {
+    async fn open(&self) -> Result<(Session, JoinHandle<()>), StoreError> {
         let pg = |e| StoreError::from_pg("connect", true, e);
         let (mut client, connection) = self.config.connect(NoTls).await.map_err(pg)?;
         let driver = self.runtime.spawn(async move {
@@ -450,7 +512,8 @@ impl StoreCore {
             client
                 .batch_execute(&format!(
                     "SET statement_timeout = {ms}; SET lock_timeout = {ms}; \
-                     SET idle_in_transaction_session_timeout = {ms};"
+                     SET idle_in_transaction_session_timeout = {ms}; \
+                     SET plan_cache_mode = force_custom_plan;"
                 ))
                 .await?;
             if !self.schema_ready.load(Ordering::Acquire) {
@@ -462,10 +525,19 @@ impl StoreCore {
                 // Pairs with the load above: later connects skip the DDL.
                 self.schema_ready.store(true, Ordering::Release);
             }
-            Ok(())
+            let claim = client.prepare_typed(sql::CLAIM, &CLAIM_TYPES).await?;
+            let release = client.prepare_typed(sql::RELEASE, &RELEASE_TYPES).await?;
+            Ok((claim, release))
         };
         match setup.await {
-            Ok(()) => Ok((client, driver)),
+            Ok((claim, release)) => Ok((
+                Session {
+                    client,
+                    claim,
+                    release,
+                },
+                driver,
+            )),
             Err(e) => {
                 driver.abort();
                 Err(StoreError::from_pg("connect", false, e))
@@ -476,7 +548,7 @@ impl StoreCore {
     /// Drops `client` from `slot` if it is still the slot's connection, closing its socket;
     /// after a timeout, first asks the server to cancel what it runs. Never waits: the call
     /// that failed returns at once, and if a connect holds the slot, a task does it after.
-    fn drop_connection(&self, slot: &Arc<Slot>, client: Arc<Client>, cancel: bool) {
+    fn drop_connection(&self, slot: &Arc<Slot>, client: Arc<Session>, cancel: bool) {
         if cancel {
             let token = client.cancel_token();
             self.runtime.spawn(async move {
@@ -506,17 +578,26 @@ impl StoreCore {
 /// A running sender of one queue's batches.
 struct Sending<T: 'static> {
     core: Arc<StoreCore>,
-    queue: fn(&StoreCore) -> &Mutex<Queue<T>>,
+    queue: QueueOf<T>,
     done: bool,
+    /// Its statement outlasted [`STALL`] and is still in flight.
+    stalled: bool,
 }
 
 impl<T: 'static> Drop for Sending<T> {
     fn drop(&mut self) {
+        let mut queue = (self.queue)(&self.core).lock();
+        if self.stalled {
+            queue.unstall();
+        }
         if !self.done {
-            (self.queue)(&self.core).lock().give_back_sender();
+            queue.give_back_sender();
         }
     }
 }
+
+/// Which of the store's queues a sender serves.
+type QueueOf<T> = fn(&StoreCore) -> &Mutex<Queue<T>>;
 
 crate::sync::thread_local! {
     /// True on the store's runtime thread.

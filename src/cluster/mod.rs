@@ -64,7 +64,17 @@
 //!   claim, release, renew and the admin calls end within their timeout whatever the server
 //!   does (frozen, silent, half-open); a timed-out connection is dropped and replaced. Calls
 //!   are spread over several connections, so one stalled call does not hold up the node's
-//!   other jobs, and claims go in batches (one statement for all claims waiting).
+//!   other jobs. Claims (and releases) go in batches: one statement carries every claim
+//!   that came while the last one was in flight (group commit), more statements run side by
+//!   side only when a full batch waits, and a statement in flight for over 50 ms no longer
+//!   holds the others back.
+//! - **Which node runs a job.** The node that ran a job's last run claims the next one at its
+//!   planned time; the others, having found the last run taken, claim each run 30 ms after
+//!   its planned time (a quarter of the period if that is shorter) and find it taken. So a
+//!   job stays on one node while that node claims on time (no race for its row at the start
+//!   of every period, and no claims that must be tried again), and moves when that node is
+//!   late by the standby delay, stops, or dies (then after its lease). Jobs spread over the
+//!   nodes as they first win them; a cluster has no notion of balancing them.
 //! - **Settings never drift silently.** A node whose period or offset differ from the row's
 //!   does not run the job and reports [`ClusterError::ConfigMismatch`] (an error from
 //!   `schedule_at_fixed_rate` if it finds it then). Built with

@@ -34,7 +34,9 @@ const CONNECTIONS: usize = 4;
 ///
 /// Claims of all the node's jobs go to the database in batches (one statement for every
 /// claim waiting), so a node with a thousand jobs due at once makes a few round trips, not a
-/// thousand.
+/// thousand. The claim and release statements are prepared once per connection (named
+/// prepared statements): behind a pooler in transaction mode, that needs PgBouncer 1.21 or
+/// later with `max_prepared_statements` set (or session mode).
 ///
 /// **TLS is not supported** (the client connects without it): use it on a trusted network or
 /// through a local proxy; a connection string with `sslmode=require` is refused.

@@ -20,7 +20,8 @@
 //!
 //! PostgreSQL 14 or later: `extract(epoch ...)` must be exact (`numeric`). Run numbers are
 //! never negative (run 0 is planned at the offset). Divisions are exact integer floors
-//! ([`floor_div!`]), never `numeric` quotients, whose rounding put a takeover's first run a
+//! ([`floor_div!`] in `numeric`, [`int_floor_div!`] in `bigint` where the operands cannot
+//! overflow), never `numeric` quotients, whose rounding put a takeover's first run a
 //! nanosecond inside the old grid's last period.
 
 /// The table, created if missing. Every claim rewrites its row: half-empty pages let the
@@ -70,6 +71,26 @@ macro_rules! floor_div {
             ")::numeric, (",
             $b,
             ")::numeric) <> 0 THEN 1 ELSE 0 END)::bigint"
+        )
+    };
+}
+
+/// `floor(a / b)` for `bigint` `a` and `b > 0`, in `bigint` arithmetic (`/` truncates toward
+/// zero, `%` takes the sign of `a`): what the claim computes per row, where [`floor_div!`]'s
+/// `numeric` is the costlier half of the statement. Sound where `a` cannot leave `bigint`: a
+/// time since the epoch minus an offset and a grace, each at most 100 years.
+macro_rules! int_floor_div {
+    ($a:literal, $b:literal) => {
+        concat!(
+            "((",
+            $a,
+            ") / (",
+            $b,
+            ") - CASE WHEN (",
+            $a,
+            ") % (",
+            $b,
+            ") < 0 THEN 1 ELSE 0 END)"
         )
     };
 }
@@ -161,50 +182,43 @@ pub(super) const CLAIM: &str = concat!(
 r AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[],
                           $6::bigint[], $7::bigint[], $8::bigint[]) WITH ORDINALITY
       AS r(name, period_ns, offset_ns, owner, node, lease_us, grace_ns, known, i)),
-s AS (SELECT j.* FROM wheelpool_jobs j WHERE j.name = ANY($1::text[])),
-c AS (SELECT j.* FROM wheelpool_jobs j JOIN r ON r.name = j.name
+c AS (SELECT j.* FROM wheelpool_jobs j JOIN r ON r.name = j.name CROSS JOIN t
       WHERE j.last_run < ",
-    floor_div!("(SELECT now_ns FROM t) - j.offset_ns", "j.period_ns"),
+    int_floor_div!("t.now_ns - j.offset_ns", "j.period_ns"),
     "
          OR j.triggers > j.triggers_run OR (j.locked_by = r.owner AND j.claim_id <> r.known)
       ORDER BY j.name FOR UPDATE OF j SKIP LOCKED),
-x AS (SELECT r.name, c.name IS NOT NULL AS locked, s.name IS NOT NULL AS present,
+x AS (SELECT r.*, t.now, t.now_ns, c.name IS NOT NULL AS locked, s.name IS NOT NULL AS present,
         s.last_run < ",
-    floor_div!("(SELECT now_ns FROM t) - s.offset_ns", "s.period_ns"),
+    int_floor_div!("t.now_ns - s.offset_ns", "s.period_ns"),
     "
           OR s.triggers > s.triggers_run OR (s.locked_by = r.owner AND s.claim_id <> r.known)
           AS needs_lock,
-        coalesce(c.period_ns, s.period_ns) AS period_ns, coalesce(c.offset_ns, s.offset_ns) AS offset_ns,
+        coalesce(c.period_ns, s.period_ns) AS s_period, coalesce(c.offset_ns, s.offset_ns) AS s_offset,
         coalesce(c.last_run, s.last_run) AS last_run, coalesce(c.claim_id, s.claim_id) AS claim_id,
         coalesce(c.locked_by, s.locked_by) AS locked_by, coalesce(c.paused, s.paused) AS paused,
         coalesce(c.triggers, s.triggers) AS triggers,
         coalesce(c.triggers_run, s.triggers_run) AS triggers_run,
         coalesce(c.lease_trigger, s.lease_trigger) AS lease_trigger,
-        coalesce(c.released, s.released) AS released,
-        coalesce(c.claim_run, s.claim_run) AS claim_run,
-        coalesce(c.claim_from, s.claim_from) AS claim_from,
+        coalesce(c.released, s.released) AS was_released,
+        coalesce(c.claim_run, s.claim_run) AS s_claim_run,
+        coalesce(c.claim_from, s.claim_from) AS s_claim_from,
         coalesce(c.locked_until, s.locked_until) AS locked_until
-      FROM r LEFT JOIN s ON s.name = r.name LEFT JOIN c ON c.name = r.name),
-g AS (SELECT r.*, t.now, t.now_ns, x.locked, x.present, x.needs_lock,
-        x.period_ns AS s_period, x.offset_ns AS s_offset, x.last_run, x.claim_id, x.locked_by,
-        x.paused, x.triggers, x.triggers_run, x.lease_trigger, x.released AS was_released,
-        x.claim_run AS s_claim_run, x.claim_from AS s_claim_from,
-        ",
-    now_ns!("x.locked_until"),
-    " AS until_ns,
-        ",
-    floor_div!("t.now_ns - x.offset_ns", "x.period_ns"),
+      FROM r CROSS JOIN t LEFT JOIN wheelpool_jobs s ON s.name = r.name
+      LEFT JOIN c ON c.name = r.name),
+g AS (SELECT x.*, ",
+    int_floor_div!("x.now_ns - x.s_offset", "x.s_period"),
     " AS due,
         greatest(x.last_run + 1, ",
-    floor_div!("t.now_ns - r.grace_ns - x.offset_ns", "x.period_ns"),
+    int_floor_div!("x.now_ns - x.grace_ns - x.s_offset", "x.s_period"),
     ") AS k
-      FROM r CROSS JOIN t JOIN x ON x.name = r.name),
+      FROM x),
 d AS (SELECT g.*, CASE
         WHEN NOT g.present THEN 'missing'
         WHEN NOT g.locked AND g.needs_lock THEN 'busy'
         WHEN g.s_period <> g.period_ns OR g.s_offset <> g.offset_ns THEN 'mismatch'
         WHEN g.locked_by = g.owner AND g.claim_id <> g.known THEN 'redeliver'
-        WHEN g.until_ns > g.now_ns AND g.locked_by <> g.owner THEN 'leased'
+        WHEN g.locked_until > g.now AND g.locked_by <> g.owner THEN 'leased'
         WHEN g.k <= g.due AND g.paused THEN 'paused'
         WHEN g.k <= g.due THEN 'won'
         WHEN g.triggers > g.triggers_run AND NOT g.paused THEN 'triggered'
@@ -232,7 +246,10 @@ u AS (UPDATE wheelpool_jobs j SET
       RETURNING j.name, j.claim_run AS new_run, j.claim_id AS new_claim,
                 j.lease_trigger AS new_trigger, j.triggers > j.triggers_run AS trigger_left,
                 j.claim_from AS new_from)
-SELECT d.i, d.outcome, d.s_period, d.s_offset, d.last_run, d.k, d.due, d.until_ns,
+SELECT d.i, d.outcome, d.s_period, d.s_offset, d.last_run, d.k, d.due,
+       CASE WHEN d.outcome = 'leased' THEN ",
+    now_ns!("d.locked_until"),
+    " END,
        CASE WHEN d.outcome = 'paused' THEN d.due ELSE u.new_run END, u.new_claim,
        u.new_trigger, coalesce(u.trigger_left, false),
        (SELECT ",
@@ -260,13 +277,10 @@ u AS (UPDATE wheelpool_jobs j
       SET locked_until = least(j.locked_until, now()), released = true FROM c
       WHERE j.name = c.name
       RETURNING j.name, j.locked_until = now() AS in_time)
-SELECT r.i, coalesce((SELECT in_time FROM u WHERE u.name = r.name), false),
-       coalesce((SELECT j.claim_id = r.claim_id AND j.locked_by = r.owner
-                 FROM wheelpool_jobs j WHERE j.name = r.name), false),
-       r.name NOT IN (SELECT name FROM u)
-         AND EXISTS (SELECT 1 FROM wheelpool_jobs j WHERE j.name = r.name
-                     AND j.claim_id = r.claim_id AND j.locked_by = r.owner)
-FROM r";
+SELECT r.i, coalesce(u.in_time, false),
+       coalesce(s.claim_id = r.claim_id AND s.locked_by = r.owner, false),
+       u.name IS NULL AND coalesce(s.claim_id = r.claim_id AND s.locked_by = r.owner, false)
+FROM r LEFT JOIN u ON u.name = r.name LEFT JOIN wheelpool_jobs s ON s.name = r.name";
 
 /// Extends a lease held by this owner for this claim to `now + lease`, unless the claim was
 /// released meanwhile (a renewal that waited for the release's row lock must not revive the

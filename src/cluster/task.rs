@@ -43,6 +43,11 @@ const MAX_RETRY: Duration = Duration::from_secs(2);
 const SATURATED_RETRY: Duration = Duration::from_millis(20);
 
 /// Retry after finding the job's row locked; doubles up to [`MAX_RETRY`].
+/// How long after a run's planned time a node claims it when another node ran the job's
+/// last run (at most a quarter of the period): the node that ran a job keeps it while it
+/// claims on time, and the others' claims find the run taken instead of racing for its row
+/// at the start of the period. Failover (or a late owner) costs this much more lateness.
+const STANDBY: Duration = Duration::from_millis(30);
 const BUSY_RETRY: Duration = Duration::from_millis(5);
 
 /// The user's error handler.
@@ -402,7 +407,7 @@ impl Shared {
                 } else {
                     next.max(i128::from(a.until_ns))
                 };
-                self.plan(self.until(at));
+                self.plan(self.until(at) + self.standby());
             }
             Outcome::Paused => {
                 self.skipped(a.grid, a.last_run + 1, a.k - 1, SkipReason::Misfired);
@@ -442,7 +447,12 @@ impl Shared {
                     self.count(|c| Counters::bump(&c.found_taken));
                 }
                 let next = self.planned(a.grid, a.k);
-                self.plan(self.until(next));
+                let standby = if a.outcome == Outcome::Taken {
+                    self.standby()
+                } else {
+                    Duration::ZERO
+                };
+                self.plan(self.until(next) + standby);
             }
         }
     }
@@ -634,6 +644,11 @@ impl Shared {
         let now = i128::from(store_ns) + i128::try_from(local.elapsed().as_nanos()).unwrap_or(0);
         let left = u64::try_from((at - now).max(0)).unwrap_or(u64::MAX);
         (Duration::from_nanos(left) + MARGIN).min(RESYNC)
+    }
+
+    /// The delay of a claim for a run whose last run another node ran (see [`STANDBY`]).
+    fn standby(&self) -> Duration {
+        STANDBY.min(self.spec.period / 4)
     }
 
     /// Plans the next wake-up in `wait`, unless the chain has ended.
