@@ -5,7 +5,6 @@ use super::error::StoreError;
 use super::ClusterError;
 use crate::sync::Arc;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::panic::{self, AssertUnwindSafe};
 use std::time::Instant;
 use tokio_postgres::Row;
 
@@ -187,7 +186,7 @@ impl<T> Reply<T> {
     /// the sender that answers the rest of the batch.
     pub(super) fn send(mut self, answer: Result<T, ClusterError>) {
         if let Some(f) = self.0.take() {
-            let _ = panic::catch_unwind(AssertUnwindSafe(|| f(answer)));
+            crate::panic::call_user(|| f(answer));
         }
     }
 }
@@ -196,7 +195,7 @@ impl<T> Drop for Reply<T> {
     fn drop(&mut self) {
         if let Some(f) = self.0.take() {
             let answer = Err(ClusterError::Store(StoreError::unanswered("batch")));
-            let _ = panic::catch_unwind(AssertUnwindSafe(|| f(answer)));
+            crate::panic::call_user(|| f(answer));
         }
     }
 }
