@@ -300,7 +300,7 @@ impl ModelPool {
     /// pass finds it due.
     pub(super) fn insert(&self, task: &TaskRef) -> Result<(), ScheduleError> {
         self.core.admit()?;
-        self.core.insert(task)
+        self.core.insert(task, model::Arrival::New)
     }
 
     /// [`run_driver`](Self::run_driver) on a loom thread of its own.
