@@ -215,7 +215,7 @@ impl Core {
         arrival: Arrival,
     ) -> Result<(), ScheduleError> {
         if task.header().deadline() <= now {
-            self.push(task.clone());
+            self.push(task.clone(), arrival);
             self.recheck_shutdown_now(task, arrival)
         } else {
             self.insert(task, arrival)
@@ -233,12 +233,18 @@ impl Core {
         Ok(())
     }
 
-    /// A task is due: onto this worker's deque (if called from a worker) or the injector.
-    fn push(&self, task: TaskRef) {
+    /// A task is due. A new one: onto this worker's deque (if called from a worker) or the
+    /// injector. A re-arm already late for its next run (a fixed-rate task catching up): onto
+    /// the injector, with the due timers, since on this worker's deque a chain of local work
+    /// would bury it under its continuations (ground rules of `queues.rs`: fairness in time).
+    fn push(&self, task: TaskRef, arrival: Arrival) {
         if let Some(s) = &self.timer.settle {
             s.entering_pool(1);
         }
-        let _ = self.queues.push(task);
+        let _ = match arrival {
+            Arrival::New => self.queues.push(task),
+            Arrival::Rearm => self.queues.push_due(task),
+        };
     }
 
     /// After a push: if `shutdown_now` may have swept already, take the task back.
