@@ -290,3 +290,45 @@ pub(super) fn answer(row: &Row, received: Instant) -> Result<ClaimAnswer, tokio_
         },
     })
 }
+
+#[cfg(all(test, not(wheelpool_loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A panic payload whose own `Drop` panics.
+    struct PanicsOnDrop;
+
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            if !std::thread::panicking() {
+                panic!("the callback's panic payload panicked on drop");
+            }
+        }
+    }
+
+    /// A reply callback that panics with such a payload, answered (`send`) or dropped
+    /// unanswered: the store's sender thread goes on either way.
+    #[test]
+    fn a_callback_panicking_with_a_payload_that_panics_on_drop_is_contained() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let bomb = || {
+            Reply::<()>::new(|_| {
+                CALLS.fetch_add(1, Ordering::SeqCst);
+                std::panic::panic_any(PanicsOnDrop)
+            })
+        };
+        let outcome = std::panic::catch_unwind(|| {
+            bomb().send(Ok(()));
+            drop(bomb());
+        });
+        std::panic::set_hook(hook);
+        assert!(
+            outcome.is_ok(),
+            "a callback's panic unwound out of the reply"
+        );
+        assert_eq!(CALLS.load(Ordering::SeqCst), 2);
+    }
+}
