@@ -199,6 +199,9 @@ mod imp {
         pub(crate) fn pop(&self) -> Option<T> {
             self.0.pop(true)
         }
+        pub(crate) fn is_empty(&self) -> bool {
+            self.0.is_empty()
+        }
     }
 
     impl<T> Stealer<T> {

@@ -255,3 +255,147 @@ fn panics_without_a_handler_are_still_caught() {
     assert!(all_workers_alive(&pool, 2));
     assert!(wait_until(LONG, || pool.stats().panicked == 500));
 }
+
+/// A panic payload whose own `Drop` panics: whoever catches the waker's panic below must drop
+/// this inside `catch_unwind` too.
+struct PanicsOnDrop;
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("the waker's panic payload panicked on drop");
+        }
+    }
+}
+
+/// An executor's waker that panics with a [`PanicsOnDrop`] payload; counts its wakes.
+#[derive(Default)]
+struct BombWaker(AtomicUsize);
+
+impl std::task::Wake for BombWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        std::panic::panic_any(PanicsOnDrop);
+    }
+}
+
+/// Polls `f` once with a fresh [`BombWaker`], which the task then keeps as its waiter.
+fn arm_bomb<T: Send + 'static>(f: &mut wheelpool::ScheduledFuture<T>) -> Arc<BombWaker> {
+    let bomb = Arc::new(BombWaker::default());
+    let waker = std::task::Waker::from(bomb.clone());
+    let mut cx = std::task::Context::from_waker(&waker);
+    assert!(std::pin::Pin::new(f).poll(&mut cx).is_pending());
+    bomb
+}
+
+/// Runs `f` on a thread named `QUIET` (the panic hook stays silent for the panics it provokes)
+/// and returns its value; a panic that escapes `f` fails the test.
+fn quietly<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    quiet_pool_panics();
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name(format!("{QUIET}-caller"))
+            .spawn_scoped(s, f)
+            .unwrap()
+            .join()
+            .expect("a waker's panic unwound out of the pool's call")
+    })
+}
+
+use std::future::Future as _;
+
+#[test]
+fn a_waker_whose_panic_payload_panics_on_drop_does_not_kill_the_completing_worker() {
+    let pool = common::quiet_pool(2);
+    let release = common::Latch::new();
+    let r = release.clone();
+    let mut f = pool.schedule(move || r.wait(LONG), Duration::ZERO).unwrap();
+    let bomb = arm_bomb(&mut f);
+    release.open(); // the run returns on a worker, which completes the future and wakes us
+    assert!(wait_until(LONG, || bomb.0.load(Ordering::SeqCst) == 1));
+    assert_eq!(f.join_timeout(LONG), Some(Ok(true)));
+    assert!(
+        all_workers_alive(&pool, 2),
+        "both workers run tasks at once after the waker's panic"
+    );
+    assert_eq!(pool.stats().completed, 3);
+}
+
+#[test]
+fn shutdown_now_hands_back_every_task_whose_waker_panics() {
+    let pool = common::quiet_pool(2);
+    let drops = common::DropCounter::new();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let mut bombs = Vec::new();
+    let mut futures = Vec::new();
+    for _ in 0..51 {
+        let (token, ran) = (drops.token(), ran.clone());
+        let mut f = pool
+            .schedule(
+                move || {
+                    let _token = token;
+                    ran.fetch_add(1, Ordering::SeqCst);
+                },
+                common::HOUR,
+            )
+            .unwrap();
+        bombs.push(arm_bomb(&mut f));
+        futures.push(f);
+    }
+    let pending = quietly(|| pool.shutdown_now());
+    assert_eq!(pending.len(), 51, "every waiting task is handed back");
+    assert_eq!(
+        drops.dropped(),
+        0,
+        "their closures are handed back, not dropped"
+    );
+    assert!(bombs.iter().all(|b| b.0.load(Ordering::SeqCst) == 1));
+    for task in pending {
+        task.run();
+    }
+    assert_eq!(ran.load(Ordering::SeqCst), 51);
+    for f in &mut futures {
+        assert_eq!(f.join_timeout(LONG), Some(Err(TaskError::Cancelled)));
+    }
+    assert_eq!(pool.stats().cancelled, 51);
+    assert!(pool.await_termination(LONG));
+}
+
+#[test]
+fn a_graceful_shutdown_ends_a_periodic_task_whose_waker_panics() {
+    let pool = common::quiet_pool(2);
+    let hour = common::HOUR;
+    let mut f = pool.schedule_at_fixed_rate(|| (), hour, hour).unwrap();
+    let bomb = arm_bomb(&mut f);
+    quietly(|| pool.shutdown());
+    assert!(
+        pool.await_termination(LONG),
+        "the pool terminates after the stopped task's waker panicked"
+    );
+    assert_eq!(bomb.0.load(Ordering::SeqCst), 1);
+    assert_eq!(f.join_timeout(LONG), Some(Err(TaskError::Shutdown)));
+    assert_eq!(pool.stats().cancelled, 1);
+}
+
+#[test]
+fn cancel_keeps_its_bookkeeping_when_the_waker_panics() {
+    let pool = common::quiet_pool(2);
+    let drops = common::DropCounter::new();
+    let token = drops.token();
+    let mut f = pool.schedule(move || drop(token), common::HOUR).unwrap();
+    let bomb = arm_bomb(&mut f);
+    let cancel = f.cancel_handle();
+    assert!(quietly(move || cancel.cancel()), "the cancel stopped it");
+    assert_eq!(bomb.0.load(Ordering::SeqCst), 1);
+    assert_eq!(drops.dropped(), 1, "the closure is freed at once");
+    assert!(f.is_cancelled());
+    let stats = pool.stats();
+    assert_eq!((stats.cancelled, stats.pending), (1, 0), "{stats:?}");
+    assert_eq!(f.join_timeout(LONG), Some(Err(TaskError::Cancelled)));
+    pool.shutdown();
+    assert!(pool.await_termination(LONG), "nothing is left counted in");
+}

@@ -301,3 +301,93 @@ fn shutdown_now_from_a_task_does_not_wait_for_its_own_worker() {
         "each task ran in the pool or was handed back"
     );
 }
+
+/// `PoolStats` stays exact when schedules race a shutdown: a schedule refused with
+/// `Err(Shutdown)` (by the admission check, by its shard's closed gate, or by the re-check after
+/// its push) is not a cancel. Three threads schedule one-shots (due now, in a millisecond or
+/// two, or in an hour) until the pool refuses them, while the main thread calls `shutdown` or
+/// `shutdown_now` at a varying moment. Once the pool has terminated, every accepted task ran
+/// (`completed`) or was cancelled, and the cancelled ones are exactly those `shutdown_now`
+/// handed back (none after a graceful `shutdown`, which runs what waits). Before the fix 8-12
+/// of 60 rounds counted one or two refused schedules as cancels.
+#[test]
+fn stats_never_count_a_refused_schedule_as_a_cancel() {
+    const PRODUCERS: usize = 3;
+    let rounds: usize = std::env::var("WHEELPOOL_RACE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(120);
+    let mut wrong = Vec::new();
+    for round in 0..rounds {
+        let now = round % 2 == 0;
+        let pool = ScheduledThreadPool::builder().threads(2).build().unwrap();
+        let accepted = AtomicUsize::new(0);
+        let refused = AtomicUsize::new(0);
+        let ran = Arc::new(AtomicUsize::new(0));
+        let handed_back = std::thread::scope(|s| {
+            for p in 0..PRODUCERS {
+                let (pool, accepted, refused, ran) = (&pool, &accepted, &refused, &ran);
+                s.spawn(move || {
+                    for i in 0usize.. {
+                        let delay = match (i + p) % 4 {
+                            0 | 1 => Duration::ZERO,
+                            2 => Duration::from_micros(1_000 + (i % 7) as u64 * 150),
+                            // An hour only when `shutdown_now` hands it back; a graceful
+                            // shutdown would run it, an hour later.
+                            _ if now => common::HOUR,
+                            _ => Duration::from_micros(300),
+                        };
+                        let ran = ran.clone();
+                        let task = move || {
+                            ran.fetch_add(1, Ordering::SeqCst);
+                        };
+                        match pool.schedule(task, delay) {
+                            Ok(f) => {
+                                drop(f); // detaches
+                                accepted.fetch_add(1, Ordering::SeqCst);
+                            }
+                            Err(ScheduleError::Shutdown) => {
+                                refused.fetch_add(1, Ordering::SeqCst);
+                                return;
+                            }
+                            Err(e) => panic!("unexpected refusal: {e}"),
+                        }
+                    }
+                });
+            }
+            let start = 20 + (round * 7) % 200;
+            assert!(common::wait_until(LONG, || accepted.load(Ordering::SeqCst) >= start));
+            if now {
+                pool.shutdown_now().len()
+            } else {
+                pool.shutdown();
+                0
+            }
+        });
+        assert!(pool.await_termination(LONG), "round {round}: terminated");
+        let s = pool.stats();
+        let accepted = accepted.load(Ordering::SeqCst) as u64;
+        let ran = ran.load(Ordering::SeqCst) as u64;
+        let (handed_back, kind) = (
+            handed_back as u64,
+            if now { "shutdown_now" } else { "shutdown" },
+        );
+        let exact = s.completed == ran
+            && s.completed + s.cancelled == accepted
+            && s.cancelled == handed_back
+            && (s.pending, s.running, s.panicked) == (0, 0, 0);
+        if !exact {
+            wrong.push(format!(
+                "round {round} ({kind}): accepted {accepted}, ran {ran}, handed back \
+                 {handed_back}, refused {}: {s:?}",
+                refused.load(Ordering::SeqCst)
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} of {rounds} rounds off:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}

@@ -5,7 +5,6 @@ use super::error::StoreError;
 use super::ClusterError;
 use crate::sync::Arc;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::panic::{self, AssertUnwindSafe};
 use std::time::Instant;
 use tokio_postgres::Row;
 
@@ -218,7 +217,7 @@ impl<T> Reply<T> {
     /// the sender that answers the rest of the batch.
     pub(super) fn send(mut self, answer: Result<T, ClusterError>) {
         if let Some(f) = self.0.take() {
-            let _ = panic::catch_unwind(AssertUnwindSafe(|| f(answer)));
+            crate::panic::call_user(|| f(answer));
         }
     }
 }
@@ -227,7 +226,7 @@ impl<T> Drop for Reply<T> {
     fn drop(&mut self) {
         if let Some(f) = self.0.take() {
             let answer = Err(ClusterError::Store(StoreError::unanswered("batch")));
-            let _ = panic::catch_unwind(AssertUnwindSafe(|| f(answer)));
+            crate::panic::call_user(|| f(answer));
         }
     }
 }
@@ -323,9 +322,46 @@ pub(super) fn answer(row: &Row, received: Instant) -> Result<ClaimAnswer, tokio_
     })
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(wheelpool_loom)))]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A panic payload whose own `Drop` panics.
+    struct PanicsOnDrop;
+
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            if !std::thread::panicking() {
+                panic!("the callback's panic payload panicked on drop");
+            }
+        }
+    }
+
+    /// A reply callback that panics with such a payload, answered (`send`) or dropped
+    /// unanswered: the store's sender thread goes on either way.
+    #[test]
+    fn a_callback_panicking_with_a_payload_that_panics_on_drop_is_contained() {
+        static CALLS: AtomicUsize = AtomicUsize::new(0);
+        let hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(|_| {}));
+        let bomb = || {
+            Reply::<()>::new(|_| {
+                CALLS.fetch_add(1, Ordering::SeqCst);
+                std::panic::panic_any(PanicsOnDrop)
+            })
+        };
+        let outcome = std::panic::catch_unwind(|| {
+            bomb().send(Ok(()));
+            drop(bomb());
+        });
+        std::panic::set_hook(hook);
+        assert!(
+            outcome.is_ok(),
+            "a callback's panic unwound out of the reply"
+        );
+        assert_eq!(CALLS.load(Ordering::SeqCst), 2);
+    }
 
     struct Req(String);
 
@@ -352,7 +388,10 @@ mod tests {
         for i in MAX_BATCH + 1..2 * MAX_BATCH {
             assert!(!q.push(req(i), 4), "request {i}");
         }
-        assert!(q.push(req(2 * MAX_BATCH), 4), "a third past two full batches");
+        assert!(
+            q.push(req(2 * MAX_BATCH), 4),
+            "a third past two full batches"
+        );
         // Never more than `max`.
         for i in 0..10 * MAX_BATCH {
             q.push(req(2 * MAX_BATCH + 1 + i), 4);
@@ -368,7 +407,10 @@ mod tests {
             }
         }
         assert_eq!(taken, 12 * MAX_BATCH + 1);
-        assert_eq!(q.senders, 4, "no sender gave itself back while items waited");
+        assert_eq!(
+            q.senders, 4,
+            "no sender gave itself back while items waited"
+        );
         for left in (0..4).rev() {
             assert!(q.take().is_none());
             assert_eq!(q.senders, left);

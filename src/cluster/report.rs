@@ -7,7 +7,7 @@ use super::error::{ClusterError, SkipReason};
 use super::pg::system_time;
 use super::stats::Counters;
 use super::task::{retry_after, Shared, MIN_RETRY};
-use std::panic::{self, AssertUnwindSafe};
+use std::panic;
 use std::time::Duration;
 
 impl Shared {
@@ -64,7 +64,7 @@ impl Shared {
                 let err2 = err.clone();
                 let call = move || {
                     // A panicking handler must not stop the job; its payload is dropped here.
-                    let _ = panic::catch_unwind(AssertUnwindSafe(|| h(err2)));
+                    crate::panic::call_user(|| h(err2));
                 };
                 if self.handle.execute(call).is_err() {
                     // The pool is shutting down; the store's thread must not run user code.
@@ -72,7 +72,7 @@ impl Shared {
                     let spawned = std::thread::Builder::new()
                         .name("wheelpool-pg-report".into())
                         .spawn(move || {
-                            let _ = panic::catch_unwind(AssertUnwindSafe(|| h(err)));
+                            crate::panic::call_user(|| h(err));
                         });
                     if let Err(e) = spawned {
                         eprintln!("wheelpool cluster: cannot report an error: {e}");

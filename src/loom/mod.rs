@@ -7,9 +7,10 @@
 //! the `Driver` and its steps.
 //!
 //! One file per protocol: `task` (the state machine), `future` (completion vs waker), `sleep`
-//! (worker sleep and wake), `periodic` (re-arm vs cancel), `shutdown` (schedule vs shutdown),
-//! `driver` (the timer thread's sleep vs new deadlines) and `timer` (the sharded wheels' insert,
-//! cancel, reset and shutdown gates).
+//! (worker sleep and wake), `inject` (the injector's `injected` flag: fairness in time),
+//! `periodic` (re-arm vs cancel), `shutdown` (schedule vs shutdown), `driver` (the timer
+//! thread's sleep vs new deadlines) and `timer` (the sharded wheels' insert, cancel, reset and
+//! shutdown gates).
 //!
 //! Set-up that is the same in every model lives here (the pool harness, spawning a pool thread,
 //! closures that count their runs and drops, `block_on`). What each model races stays spelled
@@ -24,6 +25,7 @@
 
 mod driver;
 mod future;
+mod inject;
 mod periodic;
 mod shutdown;
 mod sleep;
@@ -300,7 +302,7 @@ impl ModelPool {
     /// pass finds it due.
     pub(super) fn insert(&self, task: &TaskRef) -> Result<(), ScheduleError> {
         self.core.admit()?;
-        self.core.insert(task)
+        self.core.insert(task, model::Arrival::New)
     }
 
     /// [`run_driver`](Self::run_driver) on a loom thread of its own.

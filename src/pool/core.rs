@@ -41,6 +41,24 @@ use crate::task::state::End;
 use crate::task::{Cancelled, MissedTicks, PendingTask, Stop, Stopped, TaskRef};
 use crate::timer::{ClockListener, Host, PoolId, TimeBase, Timer};
 
+/// Where a task that goes into a wheel or a ready queue comes from; it decides how a refusal
+/// by a shutdown is counted (`PoolStats` stays exact: a refused schedule is not a cancel).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Arrival {
+    /// A new task: refused, its schedule fails with `Shutdown` and it was never accepted.
+    New,
+    /// A periodic task's next run after a run: refused, the task ends `Shutdown`, counted
+    /// with the cancelled.
+    Rearm,
+}
+
+/// Whether a stopped task counts in `PoolStats::cancelled`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Counted {
+    Not,
+    Cancelled,
+}
+
 /// What a future (or cancel handle) holds to reach its pool: one of these per timer shard,
 /// owned by the pool, so the reference counts that futures made on different threads bump are
 /// on different cache lines (an `Arc<Core>` per future would make every producer write one).
@@ -162,7 +180,7 @@ impl Core {
     /// the caller. `now` is the clock reading the task's deadline was computed from.
     pub(crate) fn schedule(&self, task: &TaskRef, now: u64) -> Result<(), ScheduleError> {
         self.admit()?;
-        self.schedule_admitted(task, now)
+        self.schedule_admitted(task, now, Arrival::New)
     }
 
     /// Counts the task in, or refuses it (shutdown, saturation) without a trace.
@@ -188,43 +206,71 @@ impl Core {
 
     /// Due now: pushed straight to a ready queue (skipping the wheel), then a second look at
     /// the lifecycle. Later: inserted into its shard's wheel.
-    pub(super) fn schedule_admitted(&self, task: &TaskRef, now: u64) -> Result<(), ScheduleError> {
+    /// `arrival`: a new task or a periodic task's re-arm (who counts a refusal: see
+    /// [`Arrival`]).
+    pub(super) fn schedule_admitted(
+        &self,
+        task: &TaskRef,
+        now: u64,
+        arrival: Arrival,
+    ) -> Result<(), ScheduleError> {
         if task.header().deadline() <= now {
-            self.push(task.clone());
-            self.recheck_shutdown_now(task)
+            self.push(task.clone(), arrival);
+            self.recheck_shutdown_now(task, arrival)
         } else {
-            self.insert(task)
+            self.insert(task, arrival)
         }
     }
 
     /// Into its shard's wheel, unless the shard is closed to it by a shutdown; then the task is
     /// stopped here and the schedule fails. No second look at the lifecycle is needed: the
     /// shard's gate and lock order the insert against the timer thread's stop (ground rules).
-    pub(crate) fn insert(&self, task: &TaskRef) -> Result<(), ScheduleError> {
+    pub(crate) fn insert(&self, task: &TaskRef, arrival: Arrival) -> Result<(), ScheduleError> {
         if self.timer.insert(task).is_err() {
-            self.stop_for_shutdown(task);
+            self.stop_refused(task, arrival);
             return Err(ScheduleError::Shutdown);
         }
         Ok(())
     }
 
-    /// A task is due: onto this worker's deque (if called from a worker) or the injector.
-    fn push(&self, task: TaskRef) {
+    /// A task is due. A new one: onto this worker's deque (if called from a worker) or the
+    /// injector. A re-arm already late for its next run (a fixed-rate task catching up): onto
+    /// the injector, with the due timers, since on this worker's deque a chain of local work
+    /// would bury it under its continuations (ground rules of `queues.rs`: fairness in time).
+    fn push(&self, task: TaskRef, arrival: Arrival) {
         if let Some(s) = &self.timer.settle {
             s.entering_pool(1);
         }
-        let _ = self.queues.push(task);
+        let _ = match arrival {
+            Arrival::New => self.queues.push(task),
+            Arrival::Rearm => self.queues.push_due(task),
+        };
     }
 
     /// After a push: if `shutdown_now` may have swept already, take the task back.
-    fn recheck_shutdown_now(&self, task: &TaskRef) -> Result<(), ScheduleError> {
+    fn recheck_shutdown_now(&self, task: &TaskRef, arrival: Arrival) -> Result<(), ScheduleError> {
         // A push ends with the SeqCst fence in `Sleep::notify`, so this SeqCst load is ordered
         // after the push: it pairs with the SeqCst lifecycle store in `shutdown_now` (ground
         // rules).
-        if self.lifecycle() == Lifecycle::ShutdownNow && self.stop_for_shutdown(task) {
+        if self.lifecycle() == Lifecycle::ShutdownNow && self.stop_refused(task, arrival) {
             return Err(ScheduleError::Shutdown);
         }
         Ok(())
+    }
+
+    /// A shutdown refused `task` on its way in (its shard's gate, or the re-check after a
+    /// push): stops it, true if this call won it. A new task was never accepted (its schedule
+    /// fails and nobody sees its future), so it is not counted as cancelled; a re-arm is a
+    /// periodic task stopped by the shutdown, and is.
+    fn stop_refused(&self, task: &TaskRef, arrival: Arrival) -> bool {
+        let counted = match arrival {
+            Arrival::New => Counted::Not,
+            Arrival::Rearm => Counted::Cancelled,
+        };
+        !matches!(
+            self.stop(task, Stop::Shutdown, counted),
+            Stopped::NotWaiting
+        )
     }
 
     /// True if an idle worker may watch the timer's next tick: a real clock (a manual one is
@@ -276,7 +322,7 @@ impl Core {
 
     /// Stops a waiting task for `shutdown_now`; its closure, if this call won it.
     fn take_back(&self, task: &TaskRef) -> Option<PendingTask> {
-        match self.stop(task, Stop::ShutdownNow) {
+        match self.stop(task, Stop::ShutdownNow, Counted::Cancelled) {
             Stopped::HandedBack(pending) => Some(pending),
             Stopped::NotWaiting | Stopped::Ended => None,
         }
@@ -284,13 +330,18 @@ impl Core {
 
     /// Stops a waiting task because the pool is shutting down; true if this call won it.
     pub(super) fn stop_for_shutdown(&self, task: &TaskRef) -> bool {
-        !matches!(self.stop(task, Stop::Shutdown), Stopped::NotWaiting)
+        !matches!(
+            self.stop(task, Stop::Shutdown, Counted::Cancelled),
+            Stopped::NotWaiting
+        )
     }
 
-    fn stop(&self, task: &TaskRef, why: Stop) -> Stopped {
+    fn stop(&self, task: &TaskRef, why: Stop, counted: Counted) -> Stopped {
         let stopped = task.stop(why);
         if !matches!(stopped, Stopped::NotWaiting) {
-            self.count_end(End::Cancelled); // it never ran (again): counted with the cancelled
+            if counted == Counted::Cancelled {
+                self.count_end(End::Cancelled); // it never ran (again): counted with the cancelled
+            }
             self.task_ended();
         }
         stopped

@@ -45,7 +45,8 @@ pub struct PoolStats {
     pub completed: u64,
     /// Tasks whose future ended `Cancelled` or `Shutdown` (not `Panicked`): cancelled while
     /// waiting or while running, returned by `shutdown_now`, or periodic tasks stopped by
-    /// `shutdown`.
+    /// `shutdown`. A schedule refused with an error (`Shutdown`, `Saturated`) was never a task
+    /// and is not counted anywhere: its caller got the error.
     pub cancelled: u64,
     /// Runs that panicked (each one also went to the panic handler).
     pub panicked: u64,

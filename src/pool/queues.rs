@@ -4,14 +4,37 @@
 //!
 //! # Ground rules
 //!
-//! **Fairness.** A worker pops its own deque from the LIFO end (the task it just pushed is
-//! cache-warm), so a task that keeps `execute`-ing its own continuation would keep that end
-//! busy forever. Every [`FAIR_INTERVAL`] runs the worker therefore looks first at the work that
-//! has waited longest, alternating between two sources: the shared injector (due timers, tasks
-//! scheduled from outside the pool) and the FIFO end of its own deque (older tasks that a
-//! chain keeps burying). Whichever source comes second on a fairness turn is still tried before
-//! the LIFO end. So whatever the deques hold, a task at the head of the injector waits for at
-//! most `2 * FAIR_INTERVAL` runs of each worker, and a task in a worker's deque reaches its
+//! **Fairness in time: the injector.** A worker pops its own deque from the LIFO end (the task
+//! it just pushed is cache-warm), so a task that keeps `execute`-ing its own continuation would
+//! keep that end busy forever, while due timers and tasks from outside the pool wait on the
+//! shared injector. A count of runs cannot bound that wait in time (64 runs of 1 ms links held a
+//! 1 ms timer 62 ms), and a clock read per task costs too much, so the injector says when it
+//! has work: `injected`, on its own cache line, is raised by whoever pushes onto the injector
+//! (the timer thread's due tasks, a schedule from outside, a periodic task's re-arm that is
+//! already due: a late fixed-rate run catching up), after the push and its SeqCst fence
+//! (the one in `Sleep::notify`), and only if it reads lowered (no write while it is up). A
+//! worker reads it (Relaxed: one load of a line that changes only when work arrives) before
+//! each take; if it is up, the worker lowers it, `fence(SeqCst)`, and takes one task from the
+//! injector before its own deque (a batch only if its deque is empty, so nothing it moves there
+//! is buried under its chain), raising it again if more waits. So a task pushed onto the
+//! injector waits for the run in progress on a worker, not for its local work: fair in time,
+//! about one task's length, however long tasks run. Local work is not starved by a stream of
+//! injected tasks either: after [`INJECTOR_STREAK`] injector-first takes in a row, a worker's
+//! next take serves its own deque first. (A late fixed-rate task's catch-up runs go through the
+//! injector too, so they run back to back, as `MissedTicks::Burst` promises, up to that streak.)
+//!
+//! No lowering hides a pushed task: the pusher's fence comes before its read of `injected`, the
+//! worker's fence after its lowering. If the pusher's read saw a value from before that lowering,
+//! its fence is first in the SeqCst order, and the worker's look at the injector sees the push;
+//! otherwise the pusher saw the flag lowered (and raised it) or raised again by someone after
+//! the lowering. Either way, after each push the flag is up or a worker's look comes after it.
+//! A stale read of a raised flag costs at most one task's length. A manual clock changes
+//! nothing here: no clock is read.
+//!
+//! **Fairness in runs: buried tasks.** Every [`FAIR_INTERVAL`] runs the worker also looks first at
+//! the work that has waited longest, alternating between two sources: the injector and the FIFO
+//! end of its own deque (older tasks that a chain keeps burying). Whichever source comes second on
+//! a fairness turn is still tried before the LIFO end. So a task in a worker's deque reaches its
 //! FIFO end and is taken within `2 * FAIR_INTERVAL` runs per task ahead of it.
 //!
 //! **Taking a task vs. `shutdown_now`** ("nothing starts after `shutdown_now` returns"). Each
@@ -52,12 +75,34 @@ use crate::timer::PoolId;
 use std::cell::{Cell, RefCell};
 
 /// Every this many runs a worker serves the longest-waiting work before its LIFO end (ground
-/// rules). Go's scheduler and tokio check their global queue every 61 runs; we alternate two
-/// sources (injector, own FIFO end), so each gets the first pick every 64 runs, about the same
-/// spacing. A power of two makes the test a mask. A fairness turn with nothing waiting costs an
-/// emptiness check of the injector and one failed steal: noise at one run in 32, while a 20 us
-/// chain lets a due timer wait about 64 * 20 us = 1.3 ms, about one default tick.
+/// rules: fairness in runs). Go's scheduler and tokio check their global queue every 61 runs; we
+/// alternate two sources (injector, own FIFO end), so each gets the first pick every 64 runs,
+/// about the same spacing. A power of two makes the test a mask. A fairness turn with nothing
+/// waiting costs an emptiness check of the injector and one failed steal: noise at one run in
+/// 32. Due timers do not wait for it: `injected` serves them within about one task's length.
 const FAIR_INTERVAL: u32 = 32;
+
+/// Most takes in a row that serve the injector ahead of a worker's own deque because
+/// `injected` is up (ground rules: fairness in time); then one take serves the deque first. As
+/// many as a fairness turn's interval: local work waits at most as many runs behind injected
+/// work as injected work used to wait behind local work, and a burst of catch-up runs of a
+/// late fixed-rate task goes through mostly in one piece.
+const INJECTOR_STREAK: u32 = FAIR_INTERVAL;
+
+/// A worker's fairness state (ground rules): how many tasks it has run (turns in runs), and
+/// how many takes in a row served the injector ahead of its own deque (turns in time).
+#[derive(Debug, Default)]
+pub(crate) struct Turns {
+    runs: u32,
+    injector_streak: u32,
+}
+
+impl Turns {
+    /// The worker ran a task it took.
+    pub(crate) fn ran(&mut self) {
+        self.runs = self.runs.wrapping_add(1);
+    }
+}
 
 /// The queues all workers share, and how they sleep on them.
 #[derive(Debug)]
@@ -68,6 +113,9 @@ pub(crate) struct ReadyQueues {
     injector: Injector<TaskRef>,
     stealers: Box<[Stealer<TaskRef>]>,
     pub(crate) sleep: Sleep,
+    /// Raised when a task lands on the injector; a worker that sees it serves the injector
+    /// before its own deque (ground rules: fairness in time).
+    injected: CachePadded<AtomicBool>,
     /// One flag per worker, each on its own cache line (each worker writes its own on every
     /// task), raised while it takes a task until that task's fate is decided (ground rules):
     /// `shutdown_now` waits for raised flags before it sweeps the queues.
@@ -129,6 +177,7 @@ impl ReadyQueues {
             injector: Injector::new(),
             stealers: locals.iter().map(Worker::stealer).collect(),
             sleep: Sleep::new(workers),
+            injected: CachePadded::new(AtomicBool::new(false)),
             taking: (0..workers)
                 .map(|_| CachePadded::new(AtomicBool::new(false)))
                 .collect(),
@@ -154,17 +203,45 @@ impl ReadyQueues {
     /// injector; then wake a sleeper. Ends with the SeqCst fence in `Sleep::notify`. Returns how
     /// many sleepers it woke.
     pub(crate) fn push(&self, task: TaskRef) -> usize {
-        self.push_quietly(task);
-        self.sleep.notify(1)
+        let injected = self.push_quietly(task);
+        let woken = self.sleep.notify(1);
+        if injected {
+            self.mark_injected();
+        }
+        woken
+    }
+
+    /// A due task onto the injector, wherever the caller is (a periodic task's late re-arm on a
+    /// worker); then wake a sleeper. Returns how many sleepers it woke.
+    pub(crate) fn push_due(&self, task: TaskRef) -> usize {
+        self.injector.push(task);
+        let woken = self.sleep.notify(1);
+        self.mark_injected();
+        woken
     }
 
     /// The timer thread's batch of due tasks, onto the injector.
     pub(crate) fn push_from_timer(&self, batch: &mut Vec<TaskRef>) {
         let n = batch.len();
+        if n == 0 {
+            return;
+        }
         for task in batch.drain(..) {
             self.injector.push(task);
         }
         self.sleep.notify(n);
+        self.mark_injected();
+    }
+
+    /// After a push onto the injector and the SeqCst fence in `Sleep::notify`: raises
+    /// `injected` (ground rules: fairness in time).
+    fn mark_injected(&self) {
+        // Relaxed: ordered after the push by the fence in `notify`, which pairs with the fence
+        // in `take_injected`. Written only if lowered: while work keeps arriving the line stays
+        // shared by the workers that read it.
+        if !self.injected.load(Ordering::Relaxed) {
+            self.injected.store(true, Ordering::Relaxed);
+        }
     }
 
     /// The watcher's due tasks, onto the calling worker's deque: it runs them itself, and wakes
@@ -180,7 +257,8 @@ impl ReadyQueues {
     }
 
     /// Onto the calling worker's own deque (if it is one of ours), else the injector; no wake.
-    fn push_quietly(&self, task: TaskRef) {
+    /// True if it went onto the injector.
+    fn push_quietly(&self, task: TaskRef) -> bool {
         let task = LOCAL.with(|l| match l.try_borrow() {
             Ok(local) => match &*local {
                 Some(local) if local.pool == self.pool => {
@@ -191,8 +269,12 @@ impl ReadyQueues {
             },
             Err(_) => Some(task),
         });
-        if let Some(task) = task {
-            self.injector.push(task);
+        match task {
+            Some(task) => {
+                self.injector.push(task);
+                true
+            }
+            None => false,
         }
     }
 
@@ -218,8 +300,13 @@ impl ReadyQueues {
     }
 
     /// Takes a task for the calling worker `index` under its `taking` flag (ground rules),
-    /// unless the pool is stopping. `runs`: how many tasks the worker has run (fairness turns).
-    pub(crate) fn take(&self, index: usize, runs: u32, lifecycle: &AtomicLifecycle) -> Found<'_> {
+    /// unless the pool is stopping. `turns`: the worker's fairness state.
+    pub(crate) fn take(
+        &self,
+        index: usize,
+        turns: &mut Turns,
+        lifecycle: &AtomicLifecycle,
+    ) -> Found<'_> {
         let (taking, life) = self.raise_taking(index, lifecycle);
         if life == Lifecycle::ShutdownNow {
             taking.lower_untouched();
@@ -228,7 +315,7 @@ impl ReadyQueues {
         let task = LOCAL.with(|l| {
             let local = l.borrow();
             let local = local.as_ref()?;
-            self.take_from_queues(index, &local.deque, runs)
+            self.take_from_queues(index, &local.deque, turns)
         });
         match task {
             Some(task) => Found::Task(task, taking),
@@ -239,14 +326,23 @@ impl ReadyQueues {
         }
     }
 
-    /// Own deque's LIFO end first (cache-warm), then the injector, then siblings; on a fairness
-    /// turn the injector and the own deque's FIFO end come first (ground rules).
+    /// Own deque's LIFO end first (cache-warm), then the injector, then siblings; the injector
+    /// first when `injected` is up (up to a streak), and on a fairness turn the
+    /// injector and the own deque's FIFO end first (ground rules).
     fn take_from_queues(
         &self,
         index: usize,
         deque: &Worker<TaskRef>,
-        runs: u32,
+        turns: &mut Turns,
     ) -> Option<TaskRef> {
+        if turns.injector_streak < INJECTOR_STREAK {
+            if let Some(task) = self.take_injected(deque) {
+                turns.injector_streak += 1;
+                return Some(task);
+            }
+        }
+        turns.injector_streak = 0;
+        let runs = turns.runs;
         if runs % FAIR_INTERVAL == 0 {
             let own_oldest = || steal_retrying(|| self.stealers[index].steal());
             let fair = if (runs / FAIR_INTERVAL) % 2 == 0 {
@@ -290,6 +386,39 @@ impl ReadyQueues {
                 return None;
             }
         }
+    }
+
+    /// If `injected` is up: lowers it and takes from the injector, raising it again if more
+    /// waits (ground rules: fairness in time). One task if `deque` holds work (a batch moved
+    /// there would be buried under the worker's own chain), a batch if it is empty.
+    pub(crate) fn take_injected(&self, deque: &Worker<TaskRef>) -> Option<TaskRef> {
+        // Relaxed: a hint; the fences below and in `Sleep::notify` make it reliable.
+        if !self.injected.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.injected.store(false, Ordering::Relaxed);
+        // SeqCst fence: pairs with the one in `Sleep::notify` that precedes a pusher's read of
+        // `injected` (ground rules): this look sees that push, or that pusher raises the flag.
+        fence(Ordering::SeqCst);
+        if self.injector.is_empty() {
+            return None;
+        }
+        let task = if deque.is_empty() {
+            steal_retrying(|| self.injector.steal_batch_and_pop(deque))
+        } else {
+            steal_retrying(|| self.injector.steal())
+        };
+        if !self.injector.is_empty() {
+            self.injected.store(true, Ordering::Relaxed);
+            self.sleep.notify(1); // a sleeper may help with what waits behind
+        }
+        task
+    }
+
+    /// True if `injected` is up (a loom model's check).
+    #[cfg(all(test, wheelpool_loom))]
+    pub(crate) fn injected(&self) -> bool {
+        self.injected.load(Ordering::Relaxed)
     }
 
     /// A batch from the injector into `deque`, one of it popped.

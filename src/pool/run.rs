@@ -3,7 +3,7 @@
 //! the task sees: the core's clock, lifecycle, counters and panic handler, plus the worker's
 //! `taking` flag to lower once the task's fate is decided (ground rules in `queues.rs`).
 
-use super::core::Core;
+use super::core::{Arrival, Core};
 use super::lifecycle::Lifecycle;
 use super::queues::Taking;
 use crate::panic::panic_message;
@@ -44,7 +44,7 @@ pub(crate) fn run_task(core: &Core, task: &TaskRef, taking: Option<&Taking<'_>>)
             // `now` was read before the re-arm: an older reading can only send a task that
             // just came due through the wheel, never run one early. Err: a shutdown stopped
             // it after its run; `stop_for_shutdown` did the accounting.
-            let _ = core.schedule_admitted(task, now);
+            let _ = core.schedule_admitted(task, now, Arrival::Rearm);
         }
     }
     left_pool(core);

@@ -80,7 +80,7 @@ fn run_worker(
             .err()
             .map(|payload| {
                 let message = crate::panic::panic_message(&*payload);
-                crate::panic::drop_user(payload);
+                crate::panic::drop_payload(payload);
                 message
             })
     });

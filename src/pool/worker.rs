@@ -4,7 +4,7 @@
 
 use super::core::Core;
 use super::lifecycle::Lifecycle;
-use super::queues::{Found, Taking};
+use super::queues::{Found, Taking, Turns};
 use super::run;
 use super::sleep::{Watch, Woke};
 use crate::sync::{Arc, Worker};
@@ -28,11 +28,11 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
     crate::timer::home::set(index); // workers spread over the timer shards
     let queues = &core.queues;
     queues.bind(index, deque);
-    let mut runs: u32 = 0;
+    let mut turns = Turns::default();
     loop {
-        match queues.take(index, runs, core.lifecycle_cell()) {
+        match queues.take(index, &mut turns, core.lifecycle_cell()) {
             Found::Task(task, taking) => {
-                runs = runs.wrapping_add(1);
+                turns.ran();
                 run_taken(&core, task, taking);
                 continue;
             }
@@ -44,14 +44,14 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
         }
         let sleep = &queues.sleep;
         sleep.start_searching();
-        let found = spin_for_work(&core, index, runs);
+        let found = spin_for_work(&core, index, &mut turns);
         let last_searcher = sleep.stop_searching();
         match found {
             Found::Task(task, taking) => {
                 if last_searcher {
                     sleep.notify(1); // pushes may have skipped waking anyone while we searched
                 }
-                runs = runs.wrapping_add(1);
+                turns.ran();
                 run_taken(&core, task, taking);
                 continue;
             }
@@ -112,12 +112,12 @@ fn run_taken(core: &Core, task: TaskRef, taking: Taking<'_>) {
 }
 
 /// Looks for work a few more times before sleeping.
-fn spin_for_work(core: &Core, index: usize, runs: u32) -> Found<'_> {
+fn spin_for_work<'a>(core: &'a Core, index: usize, turns: &mut Turns) -> Found<'a> {
     for round in 0..SPIN_ROUNDS {
         for _ in 0..(1u32 << round) {
             std::hint::spin_loop();
         }
-        match core.queues.take(index, runs, core.lifecycle_cell()) {
+        match core.queues.take(index, turns, core.lifecycle_cell()) {
             Found::Nothing => {}
             found => return found,
         }

@@ -3,7 +3,7 @@
 use super::state::{End, Snapshot};
 use super::{Cancelled, Header, Job, RawTask, RunEnv, RunOutcome, Stop, Stopped, TaskResult};
 use crate::error::TaskError;
-use crate::panic::{broken_invariant, drop_user};
+use crate::panic::{broken_invariant, call_user, drop_user};
 use crate::sync::Mutex;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::task::{Context, Poll, Waker};
@@ -273,7 +273,8 @@ impl<J: Job> TaskResult<J::Output> for TaskCell<J> {
 /// not unwind a worker or the timer thread half way through their bookkeeping.
 fn wake(waker: Option<Waker>) {
     if let Some(w) = waker {
-        let _ = catch_unwind(AssertUnwindSafe(move || w.wake()));
+        // The payload too is the executor's: its `Drop` may panic (`drop_payload`).
+        call_user(move || w.wake());
     }
 }
 

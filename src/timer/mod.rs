@@ -30,6 +30,12 @@
 //! comes out a chunk at a time, the first chunk at once, and a timer due in another shard waits
 //! for at most one chunk per shard.
 //!
+//! **Memory given back.** Wherever entries leave a wheel (a cancel's unlink, a poll that fires
+//! them, the driver's or the watcher's), a shard left empty with room for more than `RELEASE_AT`
+//! entries frees its slab, in O(1) under the lock (`give_back_if_empty`). A shard that still
+//! holds entries keeps its room (at most its peak entry count, rounded up to the slab's doubling,
+//! times 40 B) until it empties: compacting live entries would be unbounded work under the lock.
+//!
 //! **Hints.** Each shard keeps, beside its lock, a `hint`: a lower bound on the earliest tick in
 //! its wheel, written only under the lock (an insert below it lowers it; a poll, the driver's or
 //! the watcher's, sets it to the wheel's next expiration; a cancel leaves it, still a lower
@@ -221,6 +227,7 @@ impl ShardCell {
         let from = due.len();
         let more = !shard.wheel.poll_expired_bounded(now, CHUNK, due);
         clear_keys(&due[from..]);
+        give_back_if_empty(&mut shard.wheel); // firing empties a shard as a cancel does
         let next = shard.wheel.next_expiration();
         self.set_hint(shard, next);
         (more, next)
@@ -335,9 +342,7 @@ impl Timer {
     pub(crate) fn cancelled(&self, task: &TaskRef) {
         let mut shard = self.cell_of(task).lock();
         let removed = unlink(&mut shard.wheel, task);
-        if shard.wheel.is_empty() && shard.wheel.capacity() > RELEASE_AT {
-            shard.wheel.shrink_to_fit(); // O(1) for an empty wheel
-        }
+        give_back_if_empty(&mut shard.wheel);
         drop(shard);
         drop(removed);
     }
@@ -461,8 +466,22 @@ impl Timer {
 }
 
 /// An empty shard keeps its slab for reuse below this many entries' room, so one timer armed
-/// and cancelled at a time costs no allocation; above it, emptiness gives the memory back.
+/// and cancelled (or fired) at a time costs no allocation; above it, emptiness gives the memory
+/// back.
 const RELEASE_AT: usize = 4096;
+
+/// The give-back rule, applied wherever entries leave a wheel (a cancel's unlink, a poll that
+/// fires them): a shard left empty with room for more than [`RELEASE_AT`] entries frees its
+/// slab. O(1) under the lock (an empty wheel forgets its nodes without visiting them).
+///
+/// A shard that is not empty keeps its room, as a `Vec` keeps its capacity: at most its peak
+/// number of entries times the entry size (40 B), until it empties. Giving that back earlier
+/// would mean compacting live entries under the lock, which is unbounded work.
+fn give_back_if_empty(wheel: &mut Wheel<TaskRef>) {
+    if wheel.is_empty() && wheel.capacity() > RELEASE_AT {
+        wheel.shrink_to_fit();
+    }
+}
 
 /// Inserts `task` for `tick` and records its key, unless a cancel won it first. Called under the
 /// shard's lock (ground rules).
