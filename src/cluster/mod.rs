@@ -94,6 +94,20 @@
 //!   catches up: never repeated. If it steps forward, the runs jumped over are claimed while
 //!   within the grace, and reported past it.
 //!
+//! What is **not** guaranteed:
+//!
+//! - **Exactly once is at most once plus a report.** A run whose node dies mid-run is not run
+//!   again; it is reported (`Unconfirmed`) by the node that next claims the job.
+//! - **A report can be lost with its answer in one case:** a claim that finds the job paused
+//!   gives up the runs that came meanwhile in the database; if the connection drops after the
+//!   database committed and before the answer arrives, those runs are not reported (they
+//!   still never run). Claims that win a run do not have this gap (see above).
+//! - **Deleting a job's row by hand forgets which runs ran.** The next claim registers the job
+//!   again, and the run of the current period may run a second time. Pause a job instead.
+//! - **Nodes' wake-ups are planned from the store's clock as last read**, re-read at every
+//!   claim; a node whose own clock runs fast or slow by more than the standby delay between
+//!   two claims may let another node take a run over (never twice).
+//!
 //! # Where it runs, and failures
 //!
 //! Each wake-up is a one-shot task on the node's pool that hands a claim to the store and
