@@ -1,4 +1,4 @@
-//! Many threads scheduling and cancelling at once (issue 10): the memory of cancelled timers
+//! Many threads scheduling and cancelling at once: the memory of cancelled timers
 //! stays bounded, cancels from other threads than the scheduler's unlink at once, and with
 //! `shutdown_now` racing all of it every task still ends exactly one way.
 //!

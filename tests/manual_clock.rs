@@ -454,7 +454,7 @@ fn advancing_to_the_end_of_time_returns() {
     });
 }
 
-/// Far more pending tasks than the timer moves in one locked step (issue 10: past 64 Ki queued
+/// Far more pending tasks than the timer moves in one locked step (once a bug: past 64 Ki queued
 /// submissions, 32 766 tasks ran with the clock up to 32 s past their deadline). Submitted
 /// latest first, after a cancelled 1 ms timer left the timer thread asleep "until tick 1";
 /// `advance` must still stand the clock exactly at each deadline while its tasks run.
