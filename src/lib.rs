@@ -113,7 +113,13 @@ mod pool;
 mod sync;
 mod task;
 mod timer;
+// The timing wheel is the crate's own: not part of the API. The `bench-wheel` feature exposes it
+// (hidden, no stability promise) to the wheel-against-a-heap benchmark in `benches/` only.
+#[cfg(feature = "bench-wheel")]
+#[doc(hidden)]
 pub mod wheel;
+#[cfg(not(feature = "bench-wheel"))]
+mod wheel;
 
 pub use error::{BuildError, ScheduleError, TaskError};
 pub use pool::{Builder, Handle, PoolStats, ScheduledThreadPool};

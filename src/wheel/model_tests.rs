@@ -15,14 +15,12 @@
 //! 256 cases of up to 200 operations by default (plus 32 of up to 2000); set `PROPTEST_CASES`
 //! for more.
 
-#![cfg(not(wheelpool_loom))]
-
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};
 use std::rc::Rc;
 
 use proptest::prelude::*;
-use wheelpool::wheel::{Key, Wheel};
+use super::{Key, Wheel};
 
 /// Drop counts by value id, shared by every value of one run.
 type Drops = Rc<RefCell<Vec<u32>>>;
