@@ -19,8 +19,8 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};
 use std::rc::Rc;
 
-use proptest::prelude::*;
 use super::{Key, Wheel};
+use proptest::prelude::*;
 
 /// Drop counts by value id, shared by every value of one run.
 type Drops = Rc<RefCell<Vec<u32>>>;
