@@ -6,7 +6,7 @@
 //! Off by default (it runs for minutes):
 //!
 //! ```text
-//! WHEELPOOL_SOAK_SECS=600 cargo test --release --test soak -- --ignored --nocapture
+//! WHEELPOOL_SOAK_SECS=600 cargo test --release --test pool soak -- --ignored --nocapture
 //! ```
 //!
 //! `WHEELPOOL_SOAK_SECS` defaults to 30.
