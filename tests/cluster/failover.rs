@@ -94,7 +94,8 @@ fn child_node_holds_the_lease() {
 fn a_killed_node_is_taken_over_after_its_lease() {
     let server = PgServer::start();
     let url = server.url();
-    let mut child = ChildNode::spawn_test("failover::child_node_holds_the_lease", &[(CHILD_URL, &url)]);
+    let mut child =
+        ChildNode::spawn_test("failover::child_node_holds_the_lease", &[(CHILD_URL, &url)]);
     let held: u64 = child.after_marker("CLAIMED ").parse().unwrap();
     child.kill();
 
