@@ -105,6 +105,9 @@
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod cluster;
+#[cfg(feature = "cron")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
+pub mod cron;
 mod error;
 #[cfg(all(test, wheelpool_loom))]
 mod loom;
@@ -144,6 +147,11 @@ fn _thread_safety() {
     send_sync::<ScheduleError>();
     send_sync::<TaskError>();
     send_sync::<BuildError>();
+    #[cfg(feature = "cron")]
+    {
+        send_sync::<cron::Cron>();
+        send_sync::<cron::CronError>();
+    }
     // A handed-back closure may be run on another thread; it is `Send` but not shared.
     send::<PendingTask>();
 }
