@@ -6,6 +6,8 @@
 //! [`state`]: the thread that wins the CAS out of `SCHEDULED` owns the closure until it hands it
 //! back (periodic re-arm) or stores a final result.
 
+#[cfg(feature = "cron")]
+pub(crate) mod calendar;
 mod cell;
 pub(crate) mod dynamic;
 mod job;

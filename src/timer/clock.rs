@@ -377,6 +377,13 @@ impl Clock {
     }
 }
 
+#[cfg(feature = "cron")]
+impl crate::task::calendar::WallClock for Clock {
+    fn wall_now(&self) -> SystemTime {
+        self.system_time()
+    }
+}
+
 /// The pool's time line: its clock, its origin, and its tick.
 #[derive(Debug)]
 pub(crate) struct TimeBase {
