@@ -356,14 +356,6 @@ impl Clock {
         }
     }
 
-    /// The wall-clock time: the system's, or the manual clock's virtual one.
-    pub(crate) fn system_time(&self) -> SystemTime {
-        match self {
-            Clock::System => SystemTime::now(),
-            Clock::Manual(m) => m.system_time(),
-        }
-    }
-
     pub(crate) fn is_manual(&self) -> bool {
         matches!(self, Clock::Manual(_))
     }
@@ -377,10 +369,14 @@ impl Clock {
     }
 }
 
+/// Calendar tasks read the wall clock here: the system's, or the manual clock's virtual one.
 #[cfg(feature = "cron")]
 impl crate::task::calendar::WallClock for Clock {
     fn wall_now(&self) -> SystemTime {
-        self.system_time()
+        match self {
+            Clock::System => SystemTime::now(),
+            Clock::Manual(m) => m.system_time(),
+        }
     }
 }
 
