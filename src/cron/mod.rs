@@ -53,14 +53,16 @@
 //!
 //! # Why croner and jiff
 //!
-//! - [croner](https://docs.rs/croner) parses and evaluates the expressions: the most complete
-//!   cron dialect among the maintained crates (seconds, years, `L`, `W`, `#`, nicknames, the
-//!   OCPS rules for DST written down and tested), pure Rust, and it evaluates on jiff's types
-//!   directly. The `cron` crate lacks `L`/`W`/`#` and works on chrono; `saffron` is
-//!   unmaintained.
+//! - [croner](https://docs.rs/croner) parses and evaluates the expressions: a full dialect
+//!   (seconds, years, `L`, `W`, `#`, nicknames), the Open Cron Pattern Specification's DST
+//!   rules written down and tested, actively released (4.x), and it evaluates on jiff's
+//!   zoned times directly (its `jiff` feature), so we need no chrono. The other common
+//!   choice, the `cron` crate, has a smaller dialect, works on chrono only, and leaves what
+//!   happens at a DST change to whatever chrono-tz's conversions give.
 //! - [jiff](https://docs.rs/jiff) brings the time zones: the IANA database (the system's
-//!   copy, or a bundled one where there is none), correct gap and fold handling, from the
-//!   author of regex. chrono needs chrono-tz for zones, which compiles the whole database in.
+//!   copy under `/usr/share/zoneinfo`, bundled on Windows), and explicit gap and fold
+//!   handling. chrono would need chrono-tz, which compiles a copy of the database into the
+//!   binary. We use jiff 0.2, the series croner 4 is built on.
 //!
 //! Neither appears in wheelpool's public API (instants are [`SystemTime`], zones are IANA
 //! names), so their versions can move without breaking ours.
