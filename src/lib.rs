@@ -151,6 +151,7 @@ fn _thread_safety() {
     {
         send_sync::<cron::Cron>();
         send_sync::<cron::CronError>();
+        send_sync::<cron::SkippedTime>();
     }
     // A handed-back closure may be run on another thread; it is `Send` but not shared.
     send::<PendingTask>();

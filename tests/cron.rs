@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use wheelpool::cron::{Cron, CronField};
+use wheelpool::cron::{Cron, CronField, SkippedTime};
 use wheelpool::{ManualClock, MissedTicks, ScheduledFuture, ScheduledThreadPool, TaskError};
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -92,6 +92,16 @@ fn berlin_daily_across_spring_forward_runs_after_the_gap() {
         ]
     );
     assert!(cal.task.cancel());
+    // The other rule, as an option: that night has no run.
+    let strict = Cron::parse("30 2 * * *", "Europe/Berlin")
+        .unwrap()
+        .skipped_time(SkippedTime::Skip);
+    let from = local("2026-03-28T12:00", "Europe/Berlin");
+    let next: Vec<SystemTime> = strict.upcoming(from).take(2).collect();
+    assert_eq!(
+        next,
+        [utc("2026-03-30T00:30:00Z"), utc("2026-03-31T00:30:00Z")]
+    );
 }
 
 #[test]

@@ -35,9 +35,10 @@
 //!
 //! - **A skipped time runs at the first instant after the gap.** `30 2 * * *` in
 //!   Europe/Berlin on the last Sunday of March, when 02:00 jumps to 03:00, runs at 03:00
-//!   CEST. A nightly job must not silently lose a night (the reason Vixie cron, Quartz's
-//!   "fire now" and croner all do this); a job that must not run at that hour picks an hour
-//!   no zone skips. Expressions with a wildcard or a step in the second, minute or hour field
+//!   CEST. A nightly job must not silently lose a night (the reason Vixie cron and croner do
+//!   this). A job for which a run at another hour is worse than none can say so:
+//!   [`Cron::skipped_time`] with [`SkippedTime::Skip`]. Expressions with a wildcard or a step
+//!   in the second, minute or hour field
 //!   (`*/15 * * * *`, `0 * * * *`) are a cadence, not a time of day: the times inside the gap
 //!   do not exist and are not run, and the cadence goes on after it.
 //! - **A repeated time runs once, at its first pass.** `30 1 * * *` in America/New_York on
@@ -105,6 +106,28 @@ pub struct Cron {
     zone_name: String,
     zone: TimeZone,
     pattern: croner::Cron,
+    skipped: SkippedTime,
+}
+
+/// What becomes of an occurrence whose wall-clock time a daylight-saving change skips (see
+/// the [module docs](self)); set with [`Cron::skipped_time`].
+///
+/// # Examples
+///
+/// ```
+/// use wheelpool::cron::SkippedTime;
+///
+/// assert_eq!(SkippedTime::default(), SkippedTime::RunAfterGap);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum SkippedTime {
+    /// Run at the first instant after the gap (`02:30` on the night 02:00 jumps to 03:00 runs
+    /// at 03:00). The default: no night is lost.
+    #[default]
+    RunAfterGap,
+    /// Do not run that day: the occurrence is dropped.
+    Skip,
 }
 
 impl Cron {
@@ -133,7 +156,35 @@ impl Cron {
             zone_name: zone.to_owned(),
             zone: tz,
             pattern,
+            skipped: SkippedTime::default(),
         })
+    }
+
+    /// Sets what becomes of an occurrence whose time a daylight-saving change skips (by
+    /// default [`SkippedTime::RunAfterGap`]). Only expressions with a fixed second, minute
+    /// and hour are affected: a cadence has no occurrence to move.
+    ///
+    /// # Examples
+    ///
+    /// On 2026-03-29 Berlin's clocks jump from 02:00 to 03:00: by default 02:30 runs at 03:00
+    /// CEST (01:00 UTC); with `Skip` that night has no run.
+    ///
+    /// ```
+    /// use std::time::{Duration, UNIX_EPOCH};
+    /// use wheelpool::cron::{Cron, SkippedTime};
+    ///
+    /// let mar_28_noon_utc = UNIX_EPOCH + Duration::from_secs(1_774_699_200);
+    /// let cron = Cron::parse("30 2 * * *", "Europe/Berlin").unwrap();
+    /// let after_gap = UNIX_EPOCH + Duration::from_secs(1_774_746_000); // 2026-03-29T01:00Z
+    /// assert_eq!(cron.next_after(mar_28_noon_utc), Some(after_gap));
+    ///
+    /// let strict = cron.skipped_time(SkippedTime::Skip);
+    /// let next_night = UNIX_EPOCH + Duration::from_secs(1_774_830_600); // 2026-03-30T00:30Z
+    /// assert_eq!(strict.next_after(mar_28_noon_utc), Some(next_night));
+    /// ```
+    pub fn skipped_time(mut self, rule: SkippedTime) -> Self {
+        self.skipped = rule;
+        self
     }
 
     /// The expression as given (trimmed).
@@ -216,21 +267,44 @@ impl Cron {
     pub(crate) fn last_at_or_before(&self, t: SystemTime) -> Option<SystemTime> {
         let ts = Timestamp::try_from(t).ok()?;
         let floor = ts.as_second() - i64::from(ts.as_second() < 0 && ts.subsec_nanosecond() != 0);
-        let start = Timestamp::from_second(floor)
+        let mut start = Timestamp::from_second(floor)
             .ok()?
             .to_zoned(self.zone.clone());
-        let found = self.pattern.find_previous_occurrence(&start, true).ok()?;
-        Some(SystemTime::from(found.timestamp()))
+        for _ in 0..SEARCHES {
+            let found = self.pattern.find_previous_occurrence(&start, true).ok()?;
+            if self.keeps(&found) {
+                return Some(SystemTime::from(found.timestamp()));
+            }
+            start = found.checked_sub(jiff::SignedDuration::from_secs(1)).ok()?;
+        }
+        None
     }
 
     /// The first occurrence at or after `start`, a whole second.
     fn first_from(&self, start: Timestamp) -> Option<SystemTime> {
-        let start = start.to_zoned(self.zone.clone());
-        // An error means the search found nothing within croner's limits.
-        let found = self.pattern.find_next_occurrence(&start, true).ok()?;
-        Some(SystemTime::from(found.timestamp()))
+        let mut start = start.to_zoned(self.zone.clone());
+        for _ in 0..SEARCHES {
+            // An error means the search found nothing within croner's limits.
+            let found = self.pattern.find_next_occurrence(&start, true).ok()?;
+            if self.keeps(&found) {
+                return Some(SystemTime::from(found.timestamp()));
+            }
+            start = found.checked_add(jiff::SignedDuration::from_secs(1)).ok()?;
+        }
+        None
+    }
+
+    /// False for an occurrence croner moved past a DST gap when the rule is to skip it: its
+    /// wall-clock time is not one the expression names.
+    fn keeps(&self, found: &jiff::Zoned) -> bool {
+        self.skipped == SkippedTime::RunAfterGap
+            || self.pattern.is_time_matching(found).unwrap_or(true)
     }
 }
+
+/// Searches one lookup may make while it skips occurrences moved past a gap: one suffices per
+/// gap, and gaps are at least weeks apart; the bound only keeps a broken zone from looping.
+const SEARCHES: usize = 8;
 
 /// Parses with croner's default (OCPS) parser; on an error, finds the field to blame.
 fn parse_pattern(expr: &str) -> Result<croner::Cron, CronError> {
@@ -288,6 +362,7 @@ impl fmt::Debug for Cron {
         f.debug_struct("Cron")
             .field("expr", &self.expr)
             .field("zone", &self.zone_name)
+            .field("skipped", &self.skipped)
             .finish()
     }
 }

@@ -530,7 +530,8 @@ impl Handle {
     ///   (default) runs each at once, in order; `Skip` waits for the first occurrence at or
     ///   after now; `Delay` runs once at once for all of them, then goes on with the calendar.
     /// - **Daylight saving**: an occurrence in a skipped hour runs at the first instant after
-    ///   the gap, one in a repeated hour runs once (see [`cron`](crate::cron)).
+    ///   the gap (or not at all: [`Cron::skipped_time`](crate::cron::Cron::skipped_time)), one
+    ///   in a repeated hour runs once (see [`cron`](crate::cron)).
     /// - Cancel, panics (the task stops, like a fixed-rate one), shutdown and
     ///   `shutdown_now` behave as for fixed-rate tasks, and the future is the same kind. A
     ///   [`reset`](crate::ScheduledFuture::reset) runs the next occurrence at the new time,
