@@ -63,6 +63,9 @@
 //!   run `delay` after the previous one returned. Runs of one task never overlap.
 //! - **Any delay** up to `Duration::MAX` is accepted (it just never comes); an `Instant` in the
 //!   past runs at once.
+//! - **Calendar schedules** (feature `cron`: `wheelpool::cron`, `Handle::schedule_cron`) run
+//!   at each occurrence of a cron expression in a time zone, planned by the wall clock and
+//!   never early by it; the wall clock is re-read at least once a minute.
 //!
 //! # Example
 //!
