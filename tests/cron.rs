@@ -314,6 +314,23 @@ fn a_stepped_wall_clock_replans_without_a_double_run() {
 }
 
 #[test]
+fn a_clock_stepped_back_before_the_first_run_moves_it_earlier() {
+    // Scheduled at 02:30: the next run is 03:00. The clock goes back to 00:10; 01:00 is now the
+    // next occurrence, and it runs on time, then 02:00 and 03:00 once each.
+    let cal = Calendar::new("0 * * * *", "UTC", utc("2026-05-01T02:30:00Z"));
+    cal.clock.set_system_time(utc("2026-05-01T00:10:00Z"));
+    cal.clock.advance(hours(3));
+    assert_eq!(
+        cal.runs(),
+        [
+            utc("2026-05-01T01:00:00Z"),
+            utc("2026-05-01T02:00:00Z"),
+            utc("2026-05-01T03:00:00Z")
+        ]
+    );
+}
+
+#[test]
 fn a_step_forward_over_several_occurrences_follows_missed_ticks() {
     let start = utc("2026-05-01T00:59:00Z");
     let at = |s: &str| utc(&format!("2026-05-01T{s}Z"));

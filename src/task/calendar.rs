@@ -15,6 +15,10 @@
 //! - **The occurrence after a run is planned from the occurrence that ran**, never from the
 //!   wall clock alone, so a clock stepped back does not replay occurrences that ran: nothing
 //!   runs twice.
+//! - **A clock stepped back moves the wait earlier**: a look that finds the wall clock behind
+//!   its previous reading plans again, for the first occurrence after the new time (and after
+//!   the last one that ran). A clock stepped forward keeps the wait: the occurrences it
+//!   jumped over are missed ones.
 //! - **Missed occurrences** (a run overran them, the machine slept, the clock jumped forward)
 //!   follow [`MissedTicks`]: `Burst` runs each of them at once, in order; `Skip` drops them and
 //!   waits for the first occurrence at or after now; `Delay` runs once at once for all of them
@@ -46,6 +50,10 @@ pub(crate) struct Calendar<F, W> {
     target: Option<SystemTime>,
     /// The last `call` ran the closure (for `target`), rather than only looking at the clock.
     ran: bool,
+    /// The last occurrence that ran (`None` before the first run).
+    last: Option<SystemTime>,
+    /// The wall clock's reading when the wait for `target` was last planned.
+    seen: SystemTime,
     /// A reset moved the next run: the next wake-up runs, whatever the wall clock says.
     forced: bool,
     missed: MissedTicks,
@@ -59,13 +67,16 @@ where
 {
     /// A job waiting for the first occurrence after the wall clock's present.
     pub(crate) fn new(f: F, cron: Cron, wall: W, missed: MissedTicks, survive: bool) -> Self {
-        let target = cron.next_after(wall.wall_now());
+        let seen = wall.wall_now();
+        let target = cron.next_after(seen);
         Calendar {
             f,
             cron,
             wall,
             target,
             ran: false,
+            last: None,
+            seen,
             forced: false,
             missed,
             survive_panics: survive,
@@ -132,8 +143,14 @@ where
     fn plan_next(&mut self, now: u64) -> Option<u64> {
         let wall = self.wall.wall_now();
         if self.ran {
+            self.last = self.target;
             self.target = self.target.and_then(|last| self.after_run(last, wall));
+        } else if wall < self.seen {
+            // Stepped back: the first occurrence after the new time, never one that ran.
+            let from = self.last.map_or(wall, |last| last.max(wall));
+            self.target = self.cron.next_after(from);
         }
+        self.seen = wall;
         // No occurrence left: the task ends with this wake-up.
         self.target?;
         Some(self.wake_up(now, wall))
@@ -228,6 +245,18 @@ mod tests {
         wall.0.store(3600, Ordering::SeqCst); // the 01:00 occurrence again on the wall clock
         j.call();
         assert_eq!(runs.load(Ordering::SeqCst), 1, "01:00 ran once");
+    }
+
+    #[test]
+    fn a_clock_stepped_back_before_a_run_waits_for_the_earlier_occurrence() {
+        let wall = Wall::default();
+        wall.0.store(2 * 3600 + 1800, Ordering::SeqCst); // 02:30
+        let (mut j, _) = job("0 * * * *", MissedTicks::Burst, &wall);
+        assert_eq!(j.target, Some(UNIX_EPOCH + Duration::from_secs(3 * 3600)));
+        wall.0.store(1800, Ordering::SeqCst); // back to 00:30
+        j.call();
+        assert_eq!(j.plan_next(0), Some(60 * S));
+        assert_eq!(j.target, Some(UNIX_EPOCH + Duration::from_secs(3600)));
     }
 
     #[test]
