@@ -137,3 +137,25 @@ where
     );
     schedule_job(core, job, first)
 }
+
+/// A calendar task (feature `cron`): its first wake-up is planned from the wall clock, under
+/// the pool's missed-run policy (see `task/calendar.rs`).
+#[cfg(feature = "cron")]
+pub(crate) fn calendar<F>(
+    core: &Arc<Core>,
+    f: F,
+    cron: &crate::cron::Cron,
+) -> Result<ScheduledFuture<()>, ScheduleError>
+where
+    F: FnMut() + Send + 'static,
+{
+    use crate::task::calendar::Calendar;
+    let clock = core.timer.time.clock.clone();
+    let job = Calendar::new(f, cron.clone(), clock, core.missed_ticks, false);
+    let now = core.timer.time.now_nanos();
+    let first = When {
+        deadline: job.first_deadline(now),
+        now,
+    };
+    schedule_job(core, job, first)
+}

@@ -91,22 +91,22 @@ impl<J: Job> TaskCell<J> {
     }
 
     /// After a periodic run: put the closure back and become `SCHEDULED` for `next`, unless a
-    /// cancel came in during the run.
-    fn rearm(&self, env: &dyn RunEnv, job: J, next: u64, panicked: bool, now: u64) -> RunOutcome {
+    /// cancel came in during the run. `ran_ok`: that run counts as completed.
+    fn rearm(&self, env: &dyn RunEnv, job: J, next: u64, ran_ok: bool, now: u64) -> RunOutcome {
         self.header.set_deadline(next);
         let mut body = self.body.lock();
         body.stage = Stage::Waiting(job);
         // The closure is back in the body before the task can be seen as SCHEDULED again, so a
         // canceller that wins SCHEDULED -> CANCELLED finds it there.
         if self.header.state.rearm() {
-            return RunOutcome::Rearm { panicked, now };
+            return RunOutcome::Rearm { ran_ok, now };
         }
         // RunningCancelled: the cancel returned true; no run may follow.
         let job = std::mem::replace(&mut body.stage, Stage::Running);
         drop(body);
         drop_user(job);
         self.header.state.finish_cancelled_run();
-        env.run_ending(End::Cancelled, !panicked);
+        env.run_ending(End::Cancelled, ran_ok);
         self.complete(Err(TaskError::Cancelled));
         RunOutcome::Finished(End::Cancelled)
     }
@@ -154,18 +154,20 @@ impl<J: Job> RawTask for TaskCell<J> {
             Ok(_) => true,
             Err(_) => job.survives_panic(),
         };
+        // A run that returned normally counts as completed; a calendar job's look at the
+        // clock does not.
+        let ran_ok = result.is_ok() && job.counts_as_run();
         if J::PERIODIC && go_on && !job.ended() {
             if env.stopping() {
-                let ran_ok = result.is_ok();
                 return self.finish_run(env, job, End::Shutdown, Err(TaskError::Shutdown), ran_ok);
             }
             let now = env.now_nanos();
             if let Some(next) = job.plan_next(now) {
-                return self.rearm(env, job, next, result.is_err(), now);
+                return self.rearm(env, job, next, ran_ok, now);
             }
         }
         match result {
-            Ok(value) => self.finish_run(env, job, End::Completed, Ok(value), true),
+            Ok(value) => self.finish_run(env, job, End::Completed, Ok(value), ran_ok),
             Err(msg) => {
                 let err = Err(TaskError::Panicked(msg));
                 self.finish_run(env, job, End::Panicked, err, false)

@@ -25,6 +25,13 @@ pub(crate) trait Job: Send + 'static {
         false
     }
 
+    /// False when the last `call` did not run the user's closure but only looked at the
+    /// clock (a calendar job woken before its occurrence, to re-read the wall clock): the pool
+    /// then does not count it as a completed run.
+    fn counts_as_run(&self) -> bool {
+        true
+    }
+
     /// The next run was moved to `deadline` (a reset): plans that count from the planned start
     /// of a run (fixed rate, dynamic rate) count from here now. Others ignore it.
     fn rebase(&mut self, _deadline: u64) {}
