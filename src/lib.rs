@@ -115,10 +115,10 @@ mod task;
 mod timer;
 pub mod wheel;
 
-pub use error::{BuildError, ScheduleError, TaskError};
-pub use pool::{Builder, Handle, PoolStats, ScheduledThreadPool};
-pub use pool::{CancelHandle, ScheduledFuture};
-pub use task::{MissedTicks, PendingTask, PeriodicOptions};
+pub use error::{BuildError, ResetError, ScheduleError, TaskError};
+pub use pool::{AbortOnDrop, CancelHandle, ScheduledFuture};
+pub use pool::{Builder, Handle, PoolStats, ScheduledThreadPool, TaskBuilder};
+pub use task::{MissedTicks, NextRun, PendingTask, TaskInfo, TaskKind};
 pub use timer::ManualClock;
 
 /// The README's example, compiled and run as a doctest so it stays true.
@@ -138,12 +138,16 @@ fn _thread_safety() {
     send_sync::<ManualClock>();
     send_sync::<Builder>();
     send_sync::<PoolStats>();
-    send_sync::<PeriodicOptions>();
+    send_sync::<TaskBuilder<'static>>();
+    send_sync::<TaskInfo>();
+    send_sync::<TaskKind>();
     send_sync::<MissedTicks>();
+    send_sync::<AbortOnDrop<u32>>();
     // Errors go into `Box<dyn Error + Send + Sync>`.
     send_sync::<ScheduleError>();
     send_sync::<TaskError>();
     send_sync::<BuildError>();
+    send_sync::<ResetError>();
     // A handed-back closure may be run on another thread; it is `Send` but not shared.
     send::<PendingTask>();
 }

@@ -173,9 +173,10 @@ fn a_panic_ends_the_task_unless_it_survives_panics() {
         let f = pool
             .schedule_with_dynamic_delay(flaky(&fragile), ms(10))
             .unwrap();
-        let opts = PeriodicOptions::new().survive_panics(true);
         let t = pool
-            .schedule_with_dynamic_delay_with(flaky(&tough), ms(10), opts)
+            .task()
+            .survive_panics(true)
+            .schedule_with_dynamic_delay(flaky(&tough), ms(10))
             .unwrap();
         clock.advance(ms(50));
         assert_eq!(fragile.times(), millis(&[10, 20]));
@@ -199,9 +200,10 @@ fn a_survived_panic_in_the_first_run_retries_after_the_initial_delay() {
         let pool = log.pool(&clock, 1);
         let runs = Runs::new(&clock);
         let r = runs.clone();
-        let opts = PeriodicOptions::new().survive_panics(true);
         let f = pool
-            .schedule_at_dynamic_rate_with(
+            .task()
+            .survive_panics(true)
+            .schedule_at_dynamic_rate(
                 move || {
                     if r.record() == 0 {
                         panic!("cold start");
@@ -209,7 +211,6 @@ fn a_survived_panic_in_the_first_run_retries_after_the_initial_delay() {
                     None
                 },
                 ms(7),
-                opts,
             )
             .unwrap();
         clock.advance(ms(20));
@@ -302,11 +303,8 @@ fn a_handle_schedules_dynamic_tasks_too() {
             .schedule_with_dynamic_delay(scripted(&runs, Duration::ZERO, &[1]), ms(1))
             .unwrap();
         let b = handle
-            .schedule_at_dynamic_rate_with(
-                scripted(&runs, Duration::ZERO, &[]),
-                ms(1),
-                PeriodicOptions::new(),
-            )
+            .task()
+            .schedule_at_dynamic_rate(scripted(&runs, Duration::ZERO, &[]), ms(1))
             .unwrap();
         clock.advance(ms(2));
         assert_eq!(runs.times(), millis(&[1, 1, 2]));

@@ -4,7 +4,8 @@
 //! ```text
 //! mod.rs       ScheduledThreadPool, PoolStats: the public face
 //! builder.rs   Builder: checks the settings, makes a Config
-//! handle.rs    Handle: the scheduling methods, written once
+//! handle.rs    Handle: the scheduling methods, without options
+//! task_builder.rs  TaskBuilder: per-task options, then the scheduling methods (written once)
 //! future.rs    ScheduledFuture, CancelHandle
 //! schedule.rs  the generic front of scheduling: builds a task, hands it to the core
 //! threads.rs   starts the timer thread and the workers (hooks, start latch, exit bookkeeping)
@@ -35,6 +36,7 @@ mod run;
 mod schedule;
 mod shutdown;
 mod sleep;
+mod task_builder;
 mod threads;
 mod worker;
 
@@ -45,8 +47,9 @@ pub(crate) use self::core::CoreRef;
 pub(crate) use crate::panic::panic_message;
 pub use builder::Builder;
 pub use counters::PoolStats;
-pub use future::{CancelHandle, ScheduledFuture};
+pub use future::{AbortOnDrop, CancelHandle, ScheduledFuture};
 pub use handle::Handle;
+pub use task_builder::TaskBuilder;
 
 use crate::sync::Arc;
 use crate::task::PendingTask;

@@ -1,14 +1,15 @@
 //! What a task runs: a one-shot closure or a periodic one (see `periodic.rs`).
 
-use super::PendingTask;
+use super::TaskKind;
 
 /// The closure inside a task, with what the task needs to know about re-running it.
 pub(crate) trait Job: Send + 'static {
     /// What one run produces for the future.
     type Output: Send + 'static;
 
-    /// Runs once. A one-shot job is not called again after this.
-    fn call(&mut self) -> Self::Output;
+    /// Runs once. `Some`: the task's value, it ends (a one-shot; a dynamic job that said so).
+    /// `None`: a periodic job wants another run. A one-shot job is not called again after this.
+    fn call(&mut self) -> Option<Self::Output>;
 
     /// For a periodic job: plans the next run after one that finished at `now` (nanoseconds since
     /// the pool's origin) and returns its deadline. `None` for one-shot jobs.
@@ -19,22 +20,19 @@ pub(crate) trait Job: Send + 'static {
         false
     }
 
-    /// True once the job has said it wants no further run (a dynamic job's closure returned
-    /// `None`): the task then completes with its run's value instead of re-arming.
-    fn ended(&self) -> bool {
-        false
-    }
-
     /// The next run was moved to `deadline` (a reset): plans that count from the planned start
     /// of a run (fixed rate, dynamic rate) count from here now. Others ignore it.
     fn rebase(&mut self, _deadline: u64) {}
 
-    /// True for periodic jobs: a type-level fact, copied once into the task's header (which is
-    /// where everything else asks).
+    /// True for periodic jobs: a type-level fact (its shard is chosen by it); the header keeps
+    /// the task's [`kind`](Self::kind), which is where everything else asks.
     const PERIODIC: bool;
 
-    /// Turns the job into a closure `shutdown_now` hands back (runs it once).
-    fn into_pending(self) -> PendingTask;
+    /// Which kind of task this job makes (copied once into the task's header).
+    fn kind(&self) -> TaskKind;
+
+    /// Turns the job into the closure `shutdown_now` hands back (runs it once).
+    fn into_run(self) -> Box<dyn FnOnce() + Send>;
 }
 
 /// A closure that runs once and yields a value.
@@ -53,9 +51,9 @@ where
 {
     type Output = T;
 
-    fn call(&mut self) -> T {
+    fn call(&mut self) -> Option<T> {
         match self.0.take() {
-            Some(f) => f(),
+            Some(f) => Some(f()),
             None => crate::panic::broken_invariant("a one-shot job ran twice"),
         }
     }
@@ -66,9 +64,13 @@ where
 
     const PERIODIC: bool = false;
 
-    fn into_pending(self) -> PendingTask {
+    fn kind(&self) -> TaskKind {
+        TaskKind::OneShot
+    }
+
+    fn into_run(self) -> Box<dyn FnOnce() + Send> {
         match self.0 {
-            Some(f) => PendingTask::new(false, Box::new(move || drop(f()))),
+            Some(f) => Box::new(move || drop(f())),
             None => crate::panic::broken_invariant("a run one-shot job was handed back"),
         }
     }
