@@ -51,6 +51,13 @@ impl std::error::Error for ScheduleError {}
 
 /// Why a task's future holds no value.
 ///
+/// What to do: `Cancelled`, schedule it again if the work is still needed; `Panicked`, fix the
+/// task (the pool's panic handler saw the payload, and [`TaskInfo::panicking`] told it which
+/// task); `Shutdown`, shut down once the work is done; `Taken`, keep the result the first
+/// `join_timeout` or poll returned.
+///
+/// [`TaskInfo::panicking`]: crate::TaskInfo::panicking
+///
 /// # Examples
 ///
 /// ```
@@ -137,6 +144,12 @@ impl fmt::Display for ResetError {
 impl std::error::Error for ResetError {}
 
 /// Why `Builder::build` failed. Threads started before the failure have been stopped and joined.
+///
+/// What to do: a setting out of range ([`is_invalid_config`](Self::is_invalid_config)) fails
+/// the same way every time, so fix it (one worker per CPU and a 1 ms tick, the defaults, suit
+/// most uses; leave `max_pending` unset for no bound); a spawn failure may pass later or with
+/// fewer threads; a panicking `on_thread_start` hook needs fixing. `Display` says only what
+/// happened.
 ///
 /// # Examples
 ///

@@ -57,7 +57,7 @@
 //!   100 us tick. A million timers due at one instant start 0.75-1 ms late and all have run some
 //!   120-130 ms later (W8). Pick the tick for the precision you need. On a machine with more
 //!   busy threads than CPUs the kernel decides when a woken thread runs: a few rounds in a
-//!   hundred of issue 10's cancel storm waited 6-18 ms for it.
+//!   hundred of the `cancel_storm` example's rounds waited 6-18 ms for it.
 //! - **Fixed rate** runs on the grid `start + initial + k * period` with no drift; a run that
 //!   overruns delays the next one; missed runs follow [`MissedTicks`]. **Fixed delay** plans each
 //!   run `delay` after the previous one returned. Runs of one task never overlap.
@@ -99,6 +99,23 @@
 //! ```
 //!
 //! Deterministic tests of your own timing code: see [`ManualClock`].
+//!
+//! # The public surface
+//!
+//! - [`ScheduledThreadPool`], built with [`Builder`]; it dereferences to its [`Handle`], where
+//!   the scheduling methods are (`execute`, `schedule`, `schedule_at`, fixed rate, fixed delay,
+//!   dynamic delay and rate). A dynamic task's closure returns `Option<Duration>` or
+//!   `ControlFlow<T, Duration>` ([`NextRun`]): a loop that returns its value.
+//! - [`TaskBuilder`], from `handle.task()`: options for one task (a name, [`MissedTicks`],
+//!   surviving panics), then any scheduling method. The one way to pass options: there are no
+//!   `_with` variants.
+//! - [`ScheduledFuture`]: join, `.await`, cancel, reset (`try_reset` says why not,
+//!   [`ResetError`]), `detach`, and [`AbortOnDrop`] for async code; [`CancelHandle`] cancels
+//!   and resets from another owner.
+//! - Inspection: [`PendingTask`] (what `shutdown_now` hands back), [`TaskInfo`] (which task
+//!   panicked, in the panic handler) and [`TaskKind`]; [`PoolStats`].
+//! - Errors: [`ScheduleError`], [`TaskError`], [`ResetError`], [`BuildError`].
+//! - [`ManualClock`] for tests on virtual time.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
