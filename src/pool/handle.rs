@@ -3,9 +3,10 @@
 
 use super::core::Core;
 use super::future::ScheduledFuture;
+use super::link::CoreLink;
 use super::task_builder::TaskBuilder;
 use crate::error::ScheduleError;
-use crate::sync::{Arc, Weak};
+use crate::sync::Arc;
 use crate::task::NextRun;
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -34,12 +35,6 @@ pub struct Handle {
     core: CoreLink,
 }
 
-/// The pool's own handle keeps the core alive; every other handle only refers to it.
-enum CoreLink {
-    Owner(Arc<Core>),
-    Weak(Weak<Core>),
-}
-
 impl Handle {
     /// The pool's own handle, which keeps the core alive.
     pub(crate) fn owner(core: Arc<Core>) -> Self {
@@ -53,19 +48,6 @@ impl Handle {
         match &self.core {
             CoreLink::Owner(core) => core,
             CoreLink::Weak(_) => unreachable!("only the pool's own handle is asked for its core"),
-        }
-    }
-
-    pub(super) fn with_core<R>(
-        &self,
-        f: impl FnOnce(&Arc<Core>) -> Result<R, ScheduleError>,
-    ) -> Result<R, ScheduleError> {
-        match &self.core {
-            CoreLink::Owner(core) => f(core),
-            CoreLink::Weak(weak) => match weak.upgrade() {
-                Some(core) => f(&core),
-                None => Err(ScheduleError::Shutdown),
-            },
         }
     }
 
@@ -93,7 +75,7 @@ impl Handle {
     /// assert!(beat.cancel());
     /// ```
     pub fn task(&self) -> TaskBuilder<'_> {
-        TaskBuilder::new(self)
+        TaskBuilder::new(&self.core)
     }
 
     /// Runs `f` as soon as a worker is free (it skips the wheel).
@@ -409,22 +391,16 @@ impl Handle {
 impl Clone for Handle {
     /// A handle that does not keep the pool alive (also when cloning the pool's own).
     fn clone(&self) -> Self {
-        let weak = match &self.core {
-            CoreLink::Owner(core) => Arc::downgrade(core),
-            CoreLink::Weak(weak) => weak.clone(),
-        };
         Handle {
-            core: CoreLink::Weak(weak),
+            core: self.core.downgrade(),
         }
     }
 }
 
 impl fmt::Debug for Handle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let alive = match &self.core {
-            CoreLink::Owner(_) => true,
-            CoreLink::Weak(weak) => weak.strong_count() > 0,
-        };
-        f.debug_struct("Handle").field("alive", &alive).finish()
+        f.debug_struct("Handle")
+            .field("alive", &self.core.is_alive())
+            .finish()
     }
 }

@@ -6,7 +6,9 @@
 //! builder.rs   Builder: checks the settings, makes a Config
 //! handle.rs    Handle: the scheduling methods, without options
 //! task_builder.rs  TaskBuilder: per-task options, then the scheduling methods (written once)
-//! future.rs    ScheduledFuture, CancelHandle
+//! link.rs      CoreLink: how a handle and its task builders reach the core
+//! future.rs    ScheduledFuture, AbortOnDrop
+//! cancel.rs    CancelHandle, and the cancel and reset it shares with the future
 //! schedule.rs  the generic front of scheduling: builds a task, hands it to the core
 //! threads.rs   starts the timer thread and the workers (hooks, start latch, exit bookkeeping)
 //! worker.rs    a worker's loop: take, run, search, sleep, watch the timer
@@ -25,12 +27,14 @@
 //! scheduler, the timer thread or the watcher), then run by a worker (`run::run_task`).
 
 mod builder;
+mod cancel;
 mod config;
 mod core;
 mod counters;
 mod future;
 mod handle;
 mod lifecycle;
+mod link;
 mod queues;
 mod run;
 mod schedule;
@@ -46,8 +50,9 @@ pub(crate) use self::core::CoreRef;
 #[cfg(feature = "postgres")]
 pub(crate) use crate::panic::panic_message;
 pub use builder::Builder;
+pub use cancel::CancelHandle;
 pub use counters::PoolStats;
-pub use future::{AbortOnDrop, CancelHandle, ScheduledFuture};
+pub use future::{AbortOnDrop, ScheduledFuture};
 pub use handle::Handle;
 pub use task_builder::TaskBuilder;
 

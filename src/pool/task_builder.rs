@@ -1,7 +1,7 @@
 //! `TaskBuilder`: per-task options, one way for every kind of task.
 
 use super::future::ScheduledFuture;
-use super::handle::Handle;
+use super::link::CoreLink;
 use super::schedule::{self, Every};
 use crate::error::ScheduleError;
 use crate::sync::Arc;
@@ -10,15 +10,15 @@ use crate::task::{MissedTicks, NextRun, Options};
 use std::fmt;
 use std::time::{Duration, Instant};
 
-/// Options for one task, then the scheduling method: returned by [`Handle::task`] (and so by
+/// Options for one task, then the scheduling method: returned by [`Handle::task`](crate::Handle::task) (and so by
 /// `pool.task()`).
 ///
 /// ```text
 /// pool.task().name("heartbeat").survive_panics(true).schedule_at_fixed_rate(beat, init, period)
 /// ```
 ///
-/// Every scheduling method of [`Handle`] is here too, with the same arguments and the same
-/// rules; [`Handle`]'s own are these with no options. Options that do not apply to a kind of
+/// Every scheduling method of [`Handle`](crate::Handle) is here too, with the same arguments and the same
+/// rules; `Handle`'s own are these with no options. Options that do not apply to a kind of
 /// task are ignored by it (each setter says where it applies).
 ///
 /// Why a builder and not an options argument: the plain methods keep their short signatures
@@ -45,14 +45,15 @@ use std::time::{Duration, Instant};
 #[derive(Clone)]
 #[must_use = "a TaskBuilder schedules nothing until one of its schedule methods is called"]
 pub struct TaskBuilder<'h> {
-    handle: &'h Handle,
+    /// The handle's link to the core (the builder borrows the handle it came from).
+    link: &'h CoreLink,
     opts: Options,
 }
 
 impl<'h> TaskBuilder<'h> {
-    pub(super) fn new(handle: &'h Handle) -> Self {
+    pub(super) fn new(link: &'h CoreLink) -> Self {
         TaskBuilder {
-            handle,
+            link,
             opts: Options::default(),
         }
     }
@@ -165,11 +166,11 @@ impl<'h> TaskBuilder<'h> {
         self
     }
 
-    /// [`Handle::execute`] with these options.
+    /// [`Handle::execute`](crate::Handle::execute) with these options.
     ///
     /// # Errors
     ///
-    /// As [`Handle::execute`].
+    /// As [`Handle::execute`](crate::Handle::execute).
     ///
     /// # Examples
     ///
@@ -182,15 +183,14 @@ impl<'h> TaskBuilder<'h> {
         F: FnOnce() + Send + 'static,
     {
         let opts = self.opts;
-        self.handle
-            .with_core(|core| schedule::execute(core, f, opts))
+        self.link.with_core(|core| schedule::execute(core, f, opts))
     }
 
-    /// [`Handle::schedule`] with these options.
+    /// [`Handle::schedule`](crate::Handle::schedule) with these options.
     ///
     /// # Errors
     ///
-    /// As [`Handle::schedule`].
+    /// As [`Handle::schedule`](crate::Handle::schedule).
     ///
     /// # Examples
     ///
@@ -207,17 +207,17 @@ impl<'h> TaskBuilder<'h> {
         T: Send + 'static,
     {
         let opts = self.opts;
-        self.handle.with_core(|core| {
+        self.link.with_core(|core| {
             let when = schedule::after(core, delay);
             schedule::one_shot(core, f, when, opts)
         })
     }
 
-    /// [`Handle::schedule_at`] with these options.
+    /// [`Handle::schedule_at`](crate::Handle::schedule_at) with these options.
     ///
     /// # Errors
     ///
-    /// As [`Handle::schedule_at`].
+    /// As [`Handle::schedule_at`](crate::Handle::schedule_at).
     ///
     /// # Examples
     ///
@@ -234,17 +234,17 @@ impl<'h> TaskBuilder<'h> {
         T: Send + 'static,
     {
         let opts = self.opts;
-        self.handle.with_core(|core| {
+        self.link.with_core(|core| {
             let when = schedule::at(core, at);
             schedule::one_shot(core, f, when, opts)
         })
     }
 
-    /// [`Handle::schedule_at_fixed_rate`] with these options.
+    /// [`Handle::schedule_at_fixed_rate`](crate::Handle::schedule_at_fixed_rate) with these options.
     ///
     /// # Errors
     ///
-    /// As [`Handle::schedule_at_fixed_rate`].
+    /// As [`Handle::schedule_at_fixed_rate`](crate::Handle::schedule_at_fixed_rate).
     ///
     /// # Examples
     ///
@@ -259,15 +259,15 @@ impl<'h> TaskBuilder<'h> {
         F: FnMut() + Send + 'static,
     {
         let (opts, every) = (self.opts, Every::Rate(period));
-        self.handle
+        self.link
             .with_core(|core| schedule::periodic(core, f, initial, every, opts))
     }
 
-    /// [`Handle::schedule_with_fixed_delay`] with these options.
+    /// [`Handle::schedule_with_fixed_delay`](crate::Handle::schedule_with_fixed_delay) with these options.
     ///
     /// # Errors
     ///
-    /// As [`Handle::schedule_with_fixed_delay`].
+    /// As [`Handle::schedule_with_fixed_delay`](crate::Handle::schedule_with_fixed_delay).
     ///
     /// # Examples
     ///
@@ -289,15 +289,15 @@ impl<'h> TaskBuilder<'h> {
         F: FnMut() + Send + 'static,
     {
         let (opts, every) = (self.opts, Every::Delay(delay));
-        self.handle
+        self.link
             .with_core(|core| schedule::periodic(core, f, initial, every, opts))
     }
 
-    /// [`Handle::schedule_with_dynamic_delay`] with these options.
+    /// [`Handle::schedule_with_dynamic_delay`](crate::Handle::schedule_with_dynamic_delay) with these options.
     ///
     /// # Errors
     ///
-    /// As [`Handle::schedule_with_dynamic_delay`].
+    /// As [`Handle::schedule_with_dynamic_delay`](crate::Handle::schedule_with_dynamic_delay).
     ///
     /// # Examples
     ///
@@ -341,15 +341,15 @@ impl<'h> TaskBuilder<'h> {
         R: NextRun,
     {
         let (opts, from) = (self.opts, CountFrom::End);
-        self.handle
+        self.link
             .with_core(|core| schedule::dynamic(core, f, initial, from, opts))
     }
 
-    /// [`Handle::schedule_at_dynamic_rate`] with these options.
+    /// [`Handle::schedule_at_dynamic_rate`](crate::Handle::schedule_at_dynamic_rate) with these options.
     ///
     /// # Errors
     ///
-    /// As [`Handle::schedule_at_dynamic_rate`].
+    /// As [`Handle::schedule_at_dynamic_rate`](crate::Handle::schedule_at_dynamic_rate).
     ///
     /// # Examples
     ///
@@ -383,7 +383,7 @@ impl<'h> TaskBuilder<'h> {
         R: NextRun,
     {
         let (opts, from) = (self.opts, CountFrom::PlannedStart);
-        self.handle
+        self.link
             .with_core(|core| schedule::dynamic(core, f, initial, from, opts))
     }
 }
