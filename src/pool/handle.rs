@@ -160,7 +160,7 @@ impl Handle {
     /// Runs `f` at `initial`, `initial + period`, `initial + 2 * period`, ... measured from
     /// this call, whatever the runs take (no drift). A run that overruns delays the next
     /// one; runs never overlap; missed runs follow the pool's [`MissedTicks`](crate::MissedTicks) policy
-    /// (default `Burst`, like Java). Example: period 5 s, a run takes 2 s: the next starts
+    /// (default `Burst`, like Java), or the task's ([`TaskBuilder::missed_ticks`]). Example: period 5 s, a run takes 2 s: the next starts
     /// 3 s after it ends, still on the 5 s grid.
     ///
     /// The future completes only when the task stops (cancel, panic, shutdown).
