@@ -1,28 +1,22 @@
-//! Heartbeats and a retry with exponential backoff on one pool.
+//! Heartbeats: fixed-rate tasks, one per connection.
 //!
 //! - Three simulated connections each send a heartbeat every 200 ms (fixed rate, staggered
 //!   start). `conn-3` closes after four beats by cancelling its own task from inside it.
-//! - A flaky operation fails its first attempts; each failure schedules the next attempt as a
-//!   one-shot through the pool's `Handle`, doubling the wait (50, 100, 200, 400 ms) until it
-//!   succeeds.
 //! - At 1.5 s the heartbeats are cancelled, the pool shuts down and waits for its threads.
+//!
+//! (Retry with backoff is the `retry_backoff` example.)
 //!
 //! Run with `cargo run --example heartbeat`. It prints a timeline in elapsed milliseconds and
 //! finishes in about 1.5 s.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use wheelpool::{CancelHandle, Handle, ScheduledThreadPool};
+use wheelpool::{CancelHandle, ScheduledThreadPool};
 
 /// How often each connection sends a heartbeat.
 const HEARTBEAT: Duration = Duration::from_millis(200);
-/// First retry wait; it doubles after each failure.
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
-/// The flaky operation succeeds on this attempt.
-const SUCCEEDS_ON: u32 = 5;
 /// How long the demo runs.
 const RUN_FOR: Duration = Duration::from_millis(1500);
 
@@ -31,39 +25,13 @@ fn log(start: Instant, who: &str, what: &str) {
     println!("[{:>5} ms] {who:<8} {what}", start.elapsed().as_millis());
 }
 
-/// One attempt of the flaky operation; on failure it schedules the next one with twice the wait.
-fn attempt(pool: Handle, start: Instant, n: u32, backoff: Duration, done: Sender<u32>) {
-    if n < SUCCEEDS_ON {
-        log(
-            start,
-            "retry",
-            &format!("attempt {n} failed; next in {} ms", backoff.as_millis()),
-        );
-        let next = pool.clone();
-        let scheduled = pool.schedule(
-            move || attempt(next, start, n + 1, backoff * 2, done),
-            backoff,
-        );
-        if let Err(e) = scheduled {
-            log(start, "retry", &format!("gave up: {e}"));
-        }
-    } else {
-        log(start, "retry", &format!("attempt {n} succeeded"));
-        let _ = done.send(n);
-    }
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let pool = ScheduledThreadPool::builder()
         .threads(2)
         .thread_name("heartbeat")
         .build()?;
     let start = Instant::now();
-    log(
-        start,
-        "main",
-        "starting 3 connections and a flaky operation",
-    );
+    log(start, "main", "starting 3 connections");
 
     let mut heartbeats = Vec::new();
     for id in 1..=3u32 {
@@ -91,12 +59,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         heartbeats.push((id, beats, future));
     }
 
-    let (done_tx, done_rx) = mpsc::channel();
-    let handle = pool.handle();
-    pool.execute(move || attempt(handle, start, 1, FIRST_BACKOFF, done_tx))?;
-
-    // Wait for the retry to succeed, then for the end of the demo (a one-shot timer, not a sleep).
-    let attempts = done_rx.recv_timeout(Duration::from_secs(5))?;
+    // Wait for the end of the demo (a one-shot timer, not a sleep).
     let end = pool.schedule(|| (), RUN_FOR.saturating_sub(start.elapsed()))?;
     end.join()?;
 
@@ -114,7 +77,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         );
     }
-    println!("           retry: succeeded on attempt {attempts}");
 
     pool.shutdown();
     let clean = pool.await_termination(Duration::from_secs(5));

@@ -42,10 +42,11 @@ fn main() {
         pool.execute(|| ()).unwrap_err()
     );
     println!("graceful: delayed one-shot still ran: {:?}", late.join());
+    // Join first: a beat may still be running, and the count is only final once it ended.
+    let ended = beat.join();
     println!(
-        "graceful: periodic task stopped after {} beats: {:?}",
-        beats.load(Ordering::SeqCst),
-        beat.join()
+        "graceful: periodic task stopped after {} beats: {ended:?}",
+        beats.load(Ordering::SeqCst)
     );
     assert!(pool.await_termination(Duration::from_secs(5)));
     println!("graceful: terminated, stats {:?}\n", pool.stats());

@@ -57,7 +57,7 @@
 //!   100 us tick. A million timers due at one instant start 0.75-1 ms late and all have run some
 //!   120-130 ms later (W8). Pick the tick for the precision you need. On a machine with more
 //!   busy threads than CPUs the kernel decides when a woken thread runs: a few rounds in a
-//!   hundred of the `cancel_storm` example's rounds waited 6-18 ms for it.
+//!   hundred of the cancel-storm benchmark waited 6-18 ms for it.
 //! - **Fixed rate** runs on the grid `start + initial + k * period` with no drift; a run that
 //!   overruns delays the next one; missed runs follow [`MissedTicks`]. **Fixed delay** plans each
 //!   run `delay` after the previous one returned. Runs of one task never overlap.
@@ -130,7 +130,13 @@ mod pool;
 mod sync;
 mod task;
 mod timer;
+// The timing wheel is the crate's own: not part of the API. The `bench-wheel` feature exposes it
+// (hidden, no stability promise) to the wheel-against-a-heap benchmark in `benches/` only.
+#[cfg(feature = "bench-wheel")]
+#[doc(hidden)]
 pub mod wheel;
+#[cfg(not(feature = "bench-wheel"))]
+mod wheel;
 
 pub use error::{BuildError, ResetError, ScheduleError, TaskError};
 pub use pool::{AbortOnDrop, CancelHandle, ScheduledFuture};

@@ -16,7 +16,7 @@ use std::time::Instant;
 /// CPU. No round yields: on a machine whose CPUs are all busy a `yield_now` gives the CPU away
 /// until the scheduler's next tick (4 ms on the 2-core machine), and a searching worker is one
 /// that pushes count on to find their task (`Sleep::notify`), so a due timer waited behind it
-/// (seen in traces of issue 10's cancel storm).
+/// (seen in traces of the cancel-storm benchmark).
 #[cfg(not(wheelpool_loom))]
 const SPIN_ROUNDS: u32 = 7;
 #[cfg(wheelpool_loom)]

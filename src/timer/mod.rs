@@ -41,7 +41,7 @@
 //! the watcher's, sets it to the wheel's next expiration; a cancel leaves it, still a lower
 //! bound). The driver reads
 //! hints without the lock and locks only shards with something due: a shard that cancellers keep
-//! busy costs the timer thread nothing (issue 10's cancel storm held a due timer up while the
+//! busy costs the timer thread nothing (a cancel storm once held a due timer up while the
 //! driver queued for such locks).
 //!
 //! **Sleep vs. new deadlines** (no lost wake-up; a fence only on inserts that lower a hint).
@@ -61,7 +61,7 @@
 //! **The watcher** (one wake-up between a deadline and its run, not two). With only the timer
 //! thread, a due timer waits for two wake-ups in a row: the timer thread's, then the worker's it
 //! hands the task to. On a machine whose CPUs are all busy each wake-up may wait for the OS
-//! scheduler's next tick (4 ms here), so the two add up (issue 10's cancel storm: 6 ms). So one
+//! scheduler's next tick (4 ms here), so the two add up (6 ms in a cancel storm). So one
 //! idle worker at a time, the *watcher*, parks until the tick the driver sleeps until, and when
 //! that comes polls the due shards itself (`help_poll`) and runs what it found: whichever of it
 //! and the driver gets a CPU first hands the timer out. The driver stays the one that is always

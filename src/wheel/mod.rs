@@ -29,6 +29,10 @@
 //!   the slot: each entry is either due (moved to the output) or relinked at a strictly lower
 //!   level. An entry thus moves at most 10 times in its life and is never lost or duplicated.
 
+// Private to the crate unless the `bench-wheel` feature exposes it (hidden) to its benchmark:
+// the items are `pub` for that build, and some are only used by it or by the tests.
+#![cfg_attr(not(feature = "bench-wheel"), allow(unreachable_pub, dead_code))]
+
 //! # Memory
 //!
 //! One entry costs one slab node: 20 bytes of bookkeeping (deadline, two links, generation) plus
@@ -517,3 +521,7 @@ impl<T> fmt::Debug for Wheel<T> {
 
 #[cfg(all(test, not(wheelpool_loom)))]
 mod tests;
+
+/// The wheel against a reference model, on random operation sequences (proptest).
+#[cfg(all(test, not(wheelpool_loom)))]
+mod model_tests;

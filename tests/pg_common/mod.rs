@@ -221,7 +221,8 @@ pub(crate) struct ChildNode {
 }
 
 impl ChildNode {
-    /// Runs the test `name` of this very test binary in a child process, with `env` set.
+    /// Runs the test `name` (its full path in the test binary, `module::test`) of this very test
+    /// binary in a child process, with `env` set.
     pub(crate) fn spawn_test(name: &str, env: &[(&str, &str)]) -> ChildNode {
         let exe = std::env::current_exe().expect("test binary path");
         let mut cmd = Command::new(exe);

@@ -1,0 +1,95 @@
+//! Memory given back after firing: a million one-shots fire, the pool goes idle, and the timer
+//! side holds at most 1 MB more than before them. Counted with a counting allocator, so this
+//! test has a binary of its own (nothing else may allocate beside it while it counts).
+//!
+//! Before the fix only a cancel applied the shards' give-back rule: a shard emptied by firing
+//! kept its slab (42 MB for a million entries) for as long as the pool lived.
+
+#![cfg(not(wheelpool_loom))]
+
+use crate::ALLOC;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+use wheelpool::ScheduledThreadPool;
+
+const TIMERS: usize = 1_000_000;
+/// Threads that schedule: each has a home shard of its own, so the million spread over several.
+const PRODUCERS: usize = 4;
+/// What may stay allocated once the pool is idle again (ready-queue blocks, scratch vectors).
+const HELD: isize = 1 << 20;
+/// Far more than a healthy run needs; only decides how long a broken run takes to fail.
+const LONG: Duration = Duration::from_secs(120);
+
+fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    cond()
+}
+
+#[test]
+fn a_million_fired_one_shots_leave_at_most_a_megabyte_behind() {
+    let _serial = crate::serial();
+    let pool = ScheduledThreadPool::builder().threads(2).build().unwrap();
+    // Warm up what the pool allocates once (thread-locals, queue blocks) before the baseline.
+    let warm = pool.schedule(|| (), Duration::from_millis(1)).unwrap();
+    assert_eq!(warm.join(), Ok(()));
+    let before = ALLOC.allocated() as isize;
+    let ran = Arc::new(AtomicUsize::new(0));
+    thread::scope(|s| {
+        for p in 0..PRODUCERS {
+            let (pool, ran) = (&pool, ran.clone());
+            s.spawn(move || {
+                for i in 0..TIMERS / PRODUCERS {
+                    let ran = ran.clone();
+                    // 20-120 ms out: the million pile up in the wheels before they fire.
+                    let delay = Duration::from_micros(20_000 + ((i * 7 + p) % 100) as u64 * 1_000);
+                    let f = pool
+                        .schedule(
+                            move || {
+                                ran.fetch_add(1, Ordering::Relaxed);
+                            },
+                            delay,
+                        )
+                        .unwrap();
+                    drop(f); // detached
+                }
+            });
+        }
+    });
+    let peak = ALLOC.allocated() as isize - before;
+    assert!(
+        wait_until(LONG, || ran.load(Ordering::Relaxed) == TIMERS),
+        "all fired: {} of {TIMERS}",
+        ran.load(Ordering::Relaxed)
+    );
+    // The last runs' bookkeeping follows their closures: wait for the pool to be idle.
+    let idle = || {
+        let s = pool.stats();
+        (s.pending, s.running, s.completed) == (0, 0, TIMERS as u64 + 1)
+    };
+    assert!(
+        wait_until(LONG, idle),
+        "the pool is idle: {:?}",
+        pool.stats()
+    );
+    let fired = Instant::now();
+    let held = || ALLOC.allocated() as isize - before;
+    let given_back = wait_until(LONG, || held() <= HELD);
+    eprintln!(
+        "1 M one-shots: {peak} B after scheduling, {} B held {:?} after the pool went idle",
+        held(),
+        fired.elapsed()
+    );
+    assert!(
+        given_back,
+        "{} B still held by an idle, empty pool after a million one-shots fired",
+        held()
+    );
+}

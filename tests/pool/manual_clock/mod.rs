@@ -1,0 +1,3 @@
+mod advance;
+mod adversary_manual;
+mod adversary_model;

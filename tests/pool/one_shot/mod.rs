@@ -1,0 +1,5 @@
+mod adversary_edges;
+mod cancel;
+mod futures;
+mod runs;
+mod saturation;

@@ -1,0 +1,3 @@
+mod adversary_watch_exact;
+mod soak;
+mod stress;

@@ -1,0 +1,20 @@
+//! Tests that measure lateness and CPU in real time: the fairness of due timers behind local
+//! work, real-time periodic tasks, and the watcher's wake-ups. One at a time ([`serial`]), so
+//! that no other test of this binary shares the CPUs with a measurement; their bounds are wide
+//! enough for a machine busy with other work.
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../manual_common/mod.rs"]
+mod manual_common;
+
+mod adversary_watch_cpu;
+mod adversary_watch_live;
+mod fairness;
+mod periodic_realtime;
+
+/// Held by every test of this binary for its whole run (a failed test's poison is ignored).
+pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
