@@ -1,5 +1,6 @@
-//! `Handle`: the scheduling methods, written once. `ScheduledThreadPool` dereferences to its
-//! own handle (which owns the core); other handles refer to the core without keeping it alive.
+//! `Handle`: the scheduling methods without options (each is `task()` with none; the bodies are
+//! `TaskBuilder`'s). `ScheduledThreadPool` dereferences to its own handle (which owns the core);
+//! other handles refer to the core without keeping it alive.
 
 use super::core::Core;
 use super::future::ScheduledFuture;
@@ -11,9 +12,9 @@ use crate::task::NextRun;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-/// The scheduling side of a pool: every scheduling method is written here once, and
+/// The scheduling side of a pool: the scheduling methods are here, and
 /// [`ScheduledThreadPool`](crate::ScheduledThreadPool) dereferences to its own `Handle`, so `pool.schedule(..)` is
-/// `Handle::schedule`.
+/// `Handle::schedule`. Options for one task (a name, ...) go through [`task`](Self::task).
 ///
 /// A handle from [`ScheduledThreadPool::handle`](crate::ScheduledThreadPool::handle) (or a clone of any handle) is a cheap way to
 /// schedule on a pool without keeping it alive: what a task captures to schedule its follow-ups.

@@ -84,7 +84,7 @@ use std::time::{Duration, Instant};
 /// [`schedule_with_fixed_delay`](Handle::schedule_with_fixed_delay),
 /// [`schedule_with_dynamic_delay`](Handle::schedule_with_dynamic_delay) and
 /// [`schedule_at_dynamic_rate`](Handle::schedule_at_dynamic_rate): the pool dereferences to its
-/// own [`Handle`], where these are written once.
+/// own [`Handle`], where these are (per-task options through [`Handle::task`]).
 ///
 /// Dropping the pool does [`shutdown_now`](Self::shutdown_now) (tasks that had not started are
 /// cancelled and dropped) and then joins every pool thread. For a graceful end, call

@@ -1,7 +1,7 @@
 //! The generic front of scheduling: build the task cell, then hand it to the one non-generic
 //! `Core::schedule`. One generic function per kind of closure (one-shot, periodic, dynamic):
 //! their signatures look alike because each states its own closure bound, while what they build
-//! differs; the shared tail is `schedule_job`, written once. The public methods that call these live on `Handle` (`handle.rs`).
+//! differs; the shared tail is `schedule_job`, written once. The public methods that call these live on `TaskBuilder` (`task_builder.rs`); `Handle`'s are those with no options.
 
 use super::core::Core;
 use super::future::ScheduledFuture;

@@ -208,6 +208,8 @@ impl fmt::Debug for PendingTask {
             .field("id", &self.id())
             .field("name", &self.name())
             .field("kind", &self.kind())
+            // Handed back: the task ended cancelled (its future says so).
+            .field("state", &format_args!("Cancelled"))
             .field("deadline", &self.deadline)
             .finish_non_exhaustive()
     }
