@@ -1,4 +1,4 @@
-//! The peer comparison: the workloads W1..W8 of WORKLOADS.md on wheelpool, the crate
+//! The peer comparison: the workloads W1..W8 of `benches/WORKLOADS.md` on wheelpool, the crate
 //! `scheduled-thread-pool` and tokio, each (implementation, workload) pair in a fresh process.
 //!
 //! ```text

@@ -63,6 +63,9 @@
 //!   run `delay` after the previous one returned. Runs of one task never overlap.
 //! - **Any delay** up to `Duration::MAX` is accepted (it just never comes); an `Instant` in the
 //!   past runs at once.
+//! - **Calendar schedules** (feature `cron`: `wheelpool::cron`, `Handle::schedule_cron`) run
+//!   at each occurrence of a cron expression in a time zone, planned by the wall clock and
+//!   never early by it; the wall clock is re-read at least once a minute.
 //!
 //! # Example
 //!
@@ -122,6 +125,9 @@
 #[cfg(feature = "postgres")]
 #[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
 pub mod cluster;
+#[cfg(feature = "cron")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
+pub mod cron;
 mod error;
 #[cfg(all(test, wheelpool_loom))]
 mod loom;
@@ -171,6 +177,12 @@ fn _thread_safety() {
     send_sync::<TaskError>();
     send_sync::<BuildError>();
     send_sync::<ResetError>();
+    #[cfg(feature = "cron")]
+    {
+        send_sync::<cron::Cron>();
+        send_sync::<cron::CronError>();
+        send_sync::<cron::SkippedTime>();
+    }
     // A handed-back closure may be run on another thread; it is `Send` but not shared.
     send::<PendingTask>();
 }

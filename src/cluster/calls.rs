@@ -22,9 +22,7 @@
 //! - The runtime never runs user code: answers go to the job chains, which hand anything of
 //!   the user's (a body, an error handler) to the pool.
 
-use super::batch::{
-    answer, answer_each, lease_state, ClaimRequest, ForJob, LeaseState, Queue, ReleaseRequest,
-};
+use super::batch::{ClaimRequest, LeaseState, Queue, ReleaseRequest};
 use super::error::{StoreError, StoreErrorKind};
 use super::sql;
 use super::stats::Counters;
@@ -44,12 +42,6 @@ use tokio_postgres::{Client, Config, NoTls, Row, Statement};
 const MIN_BACKOFF: Duration = Duration::from_millis(50);
 /// Longest wait between connect attempts: how late a node notices that the server is back.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
-/// How long a batch's statement may be in flight before its sender stops counting as one:
-/// well above a busy server's time for a full batch, well below any call timeout.
-/// How long a sender that starts waits before taking its first batch, so requests that come
-/// together (every job due at one instant) go out in one statement, not in one each.
-const GATHER: Duration = Duration::from_millis(1);
-const STALL: Duration = Duration::from_millis(50);
 /// The parameter types of [`sql::CLAIM`] and [`sql::RELEASE`].
 const CLAIM_TYPES: [Type; 8] = [
     Type::TEXT_ARRAY,
@@ -76,12 +68,12 @@ pub(super) struct StoreCore {
     config: Config,
     connect_timeout: Duration,
     pub(super) call_timeout: Duration,
-    runtime: tokio::runtime::Handle,
+    pub(super) runtime: tokio::runtime::Handle,
     slots: Box<[Arc<Slot>]>,
     next_slot: AtomicUsize,
     schema_ready: AtomicBool,
-    claims: Mutex<Queue<ClaimRequest>>,
-    releases: Mutex<Queue<ReleaseRequest>>,
+    pub(super) claims: Mutex<Queue<ClaimRequest>>,
+    pub(super) releases: Mutex<Queue<ReleaseRequest>>,
     pub(super) stats: Counters,
     local: Mutex<Vec<Weak<dyn LocalJob>>>,
     /// Dropping it stops the runtime's thread.
@@ -98,9 +90,9 @@ struct Slot {
 /// that). Each is planned again for its arguments (`plan_cache_mode`), since a generic plan
 /// cannot see how many rows the arrays hold.
 pub(super) struct Session {
-    client: Client,
-    claim: Statement,
-    release: Statement,
+    pub(super) client: Client,
+    pub(super) claim: Statement,
+    pub(super) release: Statement,
 }
 
 impl std::ops::Deref for Session {
@@ -122,6 +114,11 @@ struct SlotConn {
 }
 
 impl StoreCore {
+    /// How many connections the store has (at most one batch sender per queue for each).
+    pub(super) fn connections(&self) -> usize {
+        self.slots.len()
+    }
+
     pub(super) fn start(
         config: Config,
         connections: usize,
@@ -193,120 +190,6 @@ impl StoreCore {
     /// Runs `fut` on the store's runtime without waiting.
     pub(super) fn spawn(&self, fut: impl Future<Output = ()> + Send + 'static) -> JoinHandle<()> {
         self.runtime.spawn(fut)
-    }
-
-    /// Queues a claim; the answer goes to `req.reply` on the store's runtime.
-    pub(super) fn claim(self: &Arc<Self>, req: ClaimRequest) {
-        self.enqueue(
-            req,
-            |core| &core.claims,
-            |core, batch| async move { core.claim_batch(batch).await },
-        );
-    }
-
-    /// Queues a release; the answer goes to `req.reply` on the store's runtime.
-    pub(super) fn release(self: &Arc<Self>, req: ReleaseRequest) {
-        self.enqueue(
-            req,
-            |core| &core.releases,
-            |core, batch| async move { core.release_batch(batch).await },
-        );
-    }
-
-    /// Queues `req` in `queue`, and starts a sender when the queue's rule asks for one (see
-    /// [`Queue::push`]).
-    fn enqueue<T, F, Fut>(self: &Arc<Self>, req: T, queue: QueueOf<T>, send: F)
-    where
-        T: ForJob + Send + 'static,
-        F: Fn(Arc<Self>, Vec<T>) -> Fut + Copy + Send + 'static,
-        Fut: Future<Output = ()> + Send,
-    {
-        if queue(self).lock().push(req, self.slots.len()) {
-            self.start_sender(queue, send);
-        }
-    }
-
-    /// A task that sends the queue's batches with `send`, one statement at a time, until the
-    /// queue is empty. A statement still in flight after [`STALL`] (a frozen backend, a lost
-    /// network) no longer counts as sending: the queue may start another sender on another
-    /// connection, so one stuck call holds up only its own batch.
-    fn start_sender<T, F, Fut>(self: &Arc<Self>, queue: QueueOf<T>, send: F)
-    where
-        T: ForJob + Send + 'static,
-        F: Fn(Arc<Self>, Vec<T>) -> Fut + Copy + Send + 'static,
-        Fut: Future<Output = ()> + Send,
-    {
-        let core = self.clone();
-        self.runtime.spawn(async move {
-            // If this task unwinds or is dropped, the sender (and its stall) it counts for is
-            // given back, so later requests still start one.
-            let mut sending = Sending {
-                core,
-                queue,
-                done: false,
-                stalled: false,
-            };
-            tokio::time::sleep(GATHER).await;
-            loop {
-                let Some(batch) = queue(&sending.core).lock().take() else {
-                    sending.done = true; // `take` gave the sender back
-                    return;
-                };
-                let call = send(sending.core.clone(), batch);
-                let mut call = std::pin::pin!(call);
-                if tokio::time::timeout(STALL, call.as_mut()).await.is_ok() {
-                    continue;
-                }
-                sending.stalled = true;
-                if queue(&sending.core).lock().stall(sending.core.slots.len()) {
-                    sending.core.start_sender(queue, send);
-                }
-                call.await;
-                sending.stalled = false;
-                queue(&sending.core).lock().unstall();
-            }
-        });
-    }
-
-    async fn claim_batch(&self, batch: Vec<ClaimRequest>) {
-        let sent = Instant::now();
-        let names: Vec<&str> = batch.iter().map(|r| &*r.job).collect();
-        let periods: Vec<i64> = batch.iter().map(|r| r.period_ns).collect();
-        let offsets: Vec<i64> = batch.iter().map(|r| r.offset_ns).collect();
-        let owners: Vec<&str> = batch.iter().map(|r| &*r.owner).collect();
-        let nodes: Vec<&str> = batch.iter().map(|r| &*r.node).collect();
-        let leases: Vec<i64> = batch.iter().map(|r| r.lease_us).collect();
-        let graces: Vec<i64> = batch.iter().map(|r| r.grace_ns).collect();
-        let known: Vec<i64> = batch.iter().map(|r| r.known).collect();
-        let args: [&(dyn ToSql + Sync); 8] = [
-            &names, &periods, &offsets, &owners, &nodes, &leases, &graces, &known,
-        ];
-        let args = &args;
-        let result = self
-            .bounded(
-                "claim",
-                |s| async move { s.client.query(&s.claim, args).await },
-            )
-            .await;
-        let received = Instant::now();
-        self.stats.claim_latency.record(received - sent);
-        let replies = batch.into_iter().map(|r| r.reply);
-        answer_each(result, replies, |row| answer(row, received));
-    }
-
-    async fn release_batch(&self, batch: Vec<ReleaseRequest>) {
-        let names: Vec<&str> = batch.iter().map(|r| &*r.job).collect();
-        let claims: Vec<i64> = batch.iter().map(|r| r.claim).collect();
-        let owners: Vec<&str> = batch.iter().map(|r| &*r.owner).collect();
-        let args: [&(dyn ToSql + Sync); 3] = [&names, &claims, &owners];
-        let args = &args;
-        let result = self
-            .bounded("release", |s| async move {
-                s.client.query(&s.release, args).await
-            })
-            .await;
-        let replies = batch.into_iter().map(|r| r.reply);
-        answer_each(result, replies, lease_state);
     }
 
     /// Registers a job (see [`sql::REGISTER`] and [`sql::TAKE_OVER`]); gives the stored grid
@@ -419,7 +302,11 @@ impl StoreCore {
     }
 
     /// Runs `op` on the least busy connection within the call timeout (see the ground rules).
-    async fn bounded<'a, R, F, Fut>(&'a self, call: &'static str, op: F) -> Result<R, ClusterError>
+    pub(super) async fn bounded<'a, R, F, Fut>(
+        &'a self,
+        call: &'static str,
+        op: F,
+    ) -> Result<R, ClusterError>
     where
         F: Fn(Arc<Session>) -> Fut,
         Fut: Future<Output = Result<R, tokio_postgres::Error>> + 'a,
@@ -574,30 +461,6 @@ impl StoreCore {
         }
     }
 }
-
-/// A running sender of one queue's batches.
-struct Sending<T: 'static> {
-    core: Arc<StoreCore>,
-    queue: QueueOf<T>,
-    done: bool,
-    /// Its statement outlasted [`STALL`] and is still in flight.
-    stalled: bool,
-}
-
-impl<T: 'static> Drop for Sending<T> {
-    fn drop(&mut self) {
-        let mut queue = (self.queue)(&self.core).lock();
-        if self.stalled {
-            queue.unstall();
-        }
-        if !self.done {
-            queue.give_back_sender();
-        }
-    }
-}
-
-/// Which of the store's queues a sender serves.
-type QueueOf<T> = fn(&StoreCore) -> &Mutex<Queue<T>>;
 
 crate::sync::thread_local! {
     /// True on the store's runtime thread.

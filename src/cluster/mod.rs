@@ -144,6 +144,8 @@ mod job;
 mod pg;
 mod report;
 mod run;
+mod running;
+mod send;
 mod sql;
 mod stats;
 mod task;

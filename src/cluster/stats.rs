@@ -170,7 +170,8 @@ fn upper(i: usize) -> u64 {
     if log >= 2 {
         ((4 + frac + 1) << (log - 2)) - 1
     } else {
-        ((4 + frac + 1) >> (2 - log)).saturating_sub(1).max(1)
+        // Below 4 us each bucket holds one value: 1, 2 or 3.
+        ((4 + frac) >> (2 - log)).max(1)
     }
 }
 

@@ -16,7 +16,7 @@
 //! - `Chain` (the last claim handled, the clock reading, error streaks) is touched by one
 //!   step of the chain at a time; its lock is never held across anything else.
 
-use super::batch::{ClaimAnswer, ClaimRequest, LeaseState, Outcome, ReleaseRequest, Reply};
+use super::batch::{ClaimAnswer, ClaimRequest, Outcome, Reply};
 use super::calls::{on_store_thread, LocalJob, StoreCore};
 use super::error::{ClusterError, SkipReason, StoreError};
 use super::run::{ClusterRun, Won};
@@ -24,7 +24,6 @@ use super::stats::Counters;
 use crate::sync::{Arc, AtomicBool, Condvar, Mutex, Ordering, Weak};
 use crate::{Handle, ScheduleError, ScheduledFuture, TaskError};
 use std::cell::Cell;
-use std::panic::{self, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 /// Wake this long after a run's planned time (by the estimate of the store's clock). The
@@ -37,10 +36,10 @@ const RESYNC: Duration = Duration::from_secs(60);
 
 /// First retry after a failed claim; doubles up to [`MAX_RETRY`].
 pub(super) const MIN_RETRY: Duration = Duration::from_millis(20);
-const MAX_RETRY: Duration = Duration::from_secs(2);
+pub(super) const MAX_RETRY: Duration = Duration::from_secs(2);
 
 /// Retry after the pool refused a wake-up or a run as full.
-const SATURATED_RETRY: Duration = Duration::from_millis(20);
+pub(super) const SATURATED_RETRY: Duration = Duration::from_millis(20);
 
 /// Retry after finding the job's row locked; doubles up to [`MAX_RETRY`].
 /// How long after a run's planned time a node claims it when another node ran the job's
@@ -48,7 +47,7 @@ const SATURATED_RETRY: Duration = Duration::from_millis(20);
 /// claims on time, and the others' claims find the run taken instead of racing for its row
 /// at the start of the period. Failover (or a late owner) costs this much more lateness.
 const STANDBY: Duration = Duration::from_millis(30);
-const BUSY_RETRY: Duration = Duration::from_millis(5);
+pub(super) const BUSY_RETRY: Duration = Duration::from_millis(5);
 
 /// The user's error handler.
 pub(super) type ErrorHandler = Arc<dyn Fn(ClusterError) + Send + Sync>;
@@ -87,7 +86,7 @@ pub(super) struct Shared {
     pub(super) store: Arc<StoreCore>,
     pub(super) handle: Handle,
     pub(super) on_error: Option<ErrorHandler>,
-    body: Mutex<Body>,
+    pub(super) body: Mutex<Body>,
     pub(super) state: Mutex<State>,
     pub(super) ended: Condvar,
     pub(super) chain: Mutex<Chain>,
@@ -141,12 +140,12 @@ pub(super) struct Chain {
     /// The row holds the job (registered by this chain, or found there).
     registered: bool,
     /// The last claim this chain handled: ran, or gave up.
-    known: i64,
+    pub(super) known: i64,
     /// The last reading of the store's clock (ns since the epoch), and when it arrived.
     sync: Option<(Instant, i64)>,
     /// Failed claims in a row, and busy rows in a row.
     pub(super) errors: u32,
-    busy: u32,
+    pub(super) busy: u32,
     /// The stored grid last reported as a mismatch (reported once per change).
     mismatch: Option<(i64, i64)>,
 }
@@ -159,37 +158,15 @@ crate::sync::thread_local! {
 }
 
 /// Runs `f` with [`HANDING_OVER`] set.
-fn handing_over<R>(f: impl FnOnce() -> R) -> R {
+pub(super) fn handing_over<R>(f: impl FnOnce() -> R) -> R {
     HANDING_OVER.with(|h| h.set(true));
     let r = f();
     HANDING_OVER.with(|h| h.set(false));
     r
 }
 
-fn refused_here() -> bool {
+pub(super) fn refused_here() -> bool {
     HANDING_OVER.with(Cell::get)
-}
-
-/// A won run handed to the pool. Dropped without running (the pool refused it, or handed it
-/// back at `shutdown_now`), it reports the run as skipped.
-struct RunTask(Option<(Arc<Shared>, Won)>);
-
-impl RunTask {
-    fn run(mut self) {
-        if let Some((shared, won)) = self.0.take() {
-            shared.run(won);
-        }
-    }
-}
-
-impl Drop for RunTask {
-    fn drop(&mut self) {
-        if let Some((shared, won)) = self.0.take() {
-            if !refused_here() {
-                shared.abandon(won);
-            }
-        }
-    }
 }
 
 /// A pending wake-up. Dropped without firing (the pool shut down, or a cancel), it ends the
@@ -457,179 +434,6 @@ impl Shared {
         }
     }
 
-    /// Hands a won run to the pool.
-    fn start_run(self: &Arc<Self>, won: Won) {
-        self.count(|c| Counters::bump(&c.claims_won));
-        self.hand_run(won);
-    }
-
-    /// Hands a won run to the pool. A full pool is tried again shortly (the run stays
-    /// claimed, its lease held); a pool shutting down, now or later (`shutdown_now` drops the
-    /// run unrun), gets the run reported and its lease given up (`RunTask::drop`).
-    fn hand_run(self: &Arc<Self>, won: Won) {
-        let task = RunTask(Some((self.clone(), won)));
-        match handing_over(|| self.handle.execute(move || task.run())) {
-            Ok(()) => {}
-            Err(ScheduleError::Saturated { .. }) => {
-                let shared = self.clone();
-                self.store.spawn(async move {
-                    tokio::time::sleep(SATURATED_RETRY).await;
-                    shared.hand_run(won);
-                });
-            }
-            Err(_) => self.abandon(won),
-        }
-    }
-
-    /// A claimed run that will not run (its pool is shutting down): reported, and its lease
-    /// released. The run is claimed, so no other node runs it.
-    fn abandon(self: &Arc<Self>, won: Won) {
-        self.skipped(won.grid, won.run, won.run, SkipReason::Shutdown);
-        self.end(Err(TaskError::Shutdown));
-        self.handled(won, false);
-    }
-
-    /// Runs the body for a won claim (on a pool worker), then releases the lease.
-    fn run(self: Arc<Self>, won: Won) {
-        let renewal = self.spec.keep_alive.then(|| {
-            let shared = self.clone();
-            let every = self.spec.lease / 3;
-            self.store.spawn(async move {
-                loop {
-                    tokio::time::sleep(every).await;
-                    if let Err(err) = shared.renew(won).await {
-                        let stop = matches!(err, ClusterError::LeaseExpired { .. });
-                        shared.report(err);
-                        if stop {
-                            return;
-                        }
-                    }
-                }
-            })
-        });
-        let outcome = {
-            let mut body = self.body.lock();
-            let renew = || {
-                let shared = self.arc();
-                self.store.block(async move { shared.renew(won).await })
-            };
-            let info = ClusterRun {
-                job: &self.spec.job,
-                node: &self.spec.node,
-                run: won,
-                renew: &renew,
-            };
-            panic::catch_unwind(AssertUnwindSafe(|| (*body)(&info)))
-        };
-        if let Some(renewal) = renewal {
-            renewal.abort();
-        }
-        let panicked = outcome.err();
-        if let (Some(payload), false) = (&panicked, self.spec.survive_panics) {
-            let message = crate::pool::panic_message(&**payload);
-            self.end(Err(TaskError::Panicked(message)));
-        }
-        self.handled(won, true);
-        if let Some(payload) = panicked {
-            // The pool reports it to its panic handler, as for any task.
-            panic::resume_unwind(payload);
-        }
-    }
-
-    /// Marks `won` handled, releases its lease (`ran`: the body ran, so an expired lease is
-    /// reported) and plans the next wake-up when the store answers.
-    fn handled(self: &Arc<Self>, won: Won, ran: bool) {
-        self.chain.lock().known = won.claim;
-        let shared = self.clone();
-        self.store.release(ReleaseRequest {
-            job: self.spec.job.clone(),
-            claim: won.claim,
-            owner: self.spec.owner.clone(),
-            reply: Reply::new(move |released| shared.released(won, ran, released)),
-        });
-    }
-
-    /// The store's answer to a release (on the store's thread): report an expired lease or a
-    /// failure, and plan the next wake-up.
-    fn released(self: Arc<Self>, won: Won, ran: bool, released: Result<LeaseState, ClusterError>) {
-        // A release that found the row locked, or lost its connection or its time, is sent
-        // again: until it confirms the run, another node's claim would report the run as
-        // unconfirmed once the lease runs out.
-        let again = matches!(
-            released,
-            Ok(LeaseState::Busy) | Err(ClusterError::Unavailable(_))
-        );
-        let busy = {
-            let mut chain = self.chain.lock();
-            chain.busy = if again { chain.busy + 1 } else { 0 };
-            chain.busy
-        };
-        if let Err(err) = &released {
-            if again && busy == 1 {
-                self.report(err.clone());
-            }
-        }
-        match released {
-            // The row is locked (another node's claim, an administrator), or the call failed:
-            // send the release again shortly, alone, so no other job's release waits for
-            // that lock. After a streak as long as a call timeout, give up: the lease then
-            // runs out by itself.
-            Ok(LeaseState::Busy) | Err(ClusterError::Unavailable(_)) => {
-                let wait = retry_after(BUSY_RETRY, busy);
-                if wait < MAX_RETRY.min(self.store.call_timeout) {
-                    let shared = self.clone();
-                    self.store.spawn(async move {
-                        tokio::time::sleep(wait).await;
-                        shared.handled(won, ran);
-                    });
-                    return;
-                }
-                if matches!(released, Ok(LeaseState::Busy)) {
-                    self.report(ClusterError::Store(StoreError::busy("release")));
-                }
-            }
-            Ok(LeaseState::Expired { taken_over }) if ran => {
-                self.count(|c| Counters::bump(&c.leases_expired));
-                self.report(ClusterError::LeaseExpired {
-                    job: self.spec.job.to_string(),
-                    run: u64::try_from(won.run).unwrap_or(0),
-                    lease: self.spec.lease,
-                    taken_over,
-                });
-            }
-            Ok(_) => {}
-            Err(err) => self.report(err),
-        }
-        if won.more {
-            self.plan(Duration::ZERO);
-        } else {
-            let next = self.planned(won.grid, won.run.max(won.due) + 1);
-            self.plan(self.until(next));
-        }
-    }
-
-    /// Extends `won`'s lease (see [`ClusterRun::keep_alive`]).
-    pub(super) async fn renew(&self, won: Won) -> Result<(), ClusterError> {
-        let lease_us = i64::try_from(self.spec.lease.as_micros()).unwrap_or(i64::MAX);
-        let state = self
-            .store
-            .renew(&self.spec.job, won.claim, &self.spec.owner, lease_us)
-            .await?;
-        match state {
-            LeaseState::Held => Ok(()),
-            LeaseState::Busy => Err(ClusterError::Store(StoreError::busy("renew"))),
-            LeaseState::Expired { taken_over } => {
-                self.count(|c| Counters::bump(&c.leases_expired));
-                Err(ClusterError::LeaseExpired {
-                    job: self.spec.job.to_string(),
-                    run: u64::try_from(won.run).unwrap_or(0),
-                    lease: self.spec.lease,
-                    taken_over,
-                })
-            }
-        }
-    }
-
     /// When run `k` of `grid` is planned (ns since the epoch).
     pub(super) fn planned(&self, grid: (i64, i64), k: i64) -> i128 {
         i128::from(grid.1) + i128::from(k) * i128::from(grid.0)
@@ -637,7 +441,7 @@ impl Shared {
 
     /// The wait until `at` (ns since the epoch, store clock) plus [`MARGIN`], by the last
     /// reading of the store's clock and the time passed here since; at most [`RESYNC`].
-    fn until(&self, at: i128) -> Duration {
+    pub(super) fn until(&self, at: i128) -> Duration {
         let Some((local, store_ns)) = self.chain.lock().sync else {
             return self.spec.period.min(RESYNC);
         };
@@ -652,7 +456,7 @@ impl Shared {
     }
 
     /// Plans the next wake-up in `wait`, unless the chain has ended.
-    fn plan(&self, wait: Duration) {
+    pub(super) fn plan(&self, wait: Duration) {
         if self.state.lock().end.is_some() {
             return;
         }
@@ -697,7 +501,7 @@ impl Shared {
         }
     }
 
-    fn end(&self, result: Result<(), TaskError>) -> bool {
+    pub(super) fn end(&self, result: Result<(), TaskError>) -> bool {
         let mut state = self.state.lock();
         if state.end.is_some() {
             return false;

@@ -387,6 +387,79 @@ impl Handle {
     {
         self.task().schedule_at_dynamic_rate(f, initial)
     }
+
+    /// Runs `f` at each occurrence of `cron` (a cron expression in a time zone, feature
+    /// `cron`), from the next one after now on, until cancelled.
+    ///
+    /// - **Never early** by the wall clock (the system's, or a [`ManualClock`]'s virtual
+    ///   one): occurrences are planned from it, and a wake-up that finds it short of the
+    ///   occurrence only plans again. Lateness is the pool's usual (about a tick).
+    /// - **A stepped clock** (NTP, a suspend, an administrator) moves the next run within a
+    ///   minute: the task looks at the wall clock at least once a minute. A clock stepped
+    ///   back never runs an occurrence a second time; one stepped forward makes the
+    ///   occurrences it jumped over missed ones.
+    /// - **Never two runs at once.** Occurrences missed while a run overran (or the machine
+    ///   slept, or the clock jumped) follow the pool's [`MissedTicks`] policy: `Burst`
+    ///   (default) runs each at once, in order; `Skip` waits for the first occurrence at or
+    ///   after now; `Delay` runs once at once for all of them, then goes on with the calendar.
+    /// - **Daylight saving**: an occurrence in a skipped hour runs at the first instant after
+    ///   the gap (or not at all: [`Cron::skipped_time`](crate::cron::Cron::skipped_time)), one
+    ///   in a repeated hour runs once (see [`cron`](crate::cron)).
+    /// - Options (a name, the missed-run policy, surviving panics) through
+    ///   [`task`](Self::task), as for every kind of task.
+    /// - Cancel, panics (the task stops, like a fixed-rate one), shutdown and
+    ///   `shutdown_now` behave as for fixed-rate tasks, and the future is the same kind. A
+    ///   [`reset`](crate::ScheduledFuture::reset) runs the next occurrence at the new time,
+    ///   then the calendar goes on. [`delay`](crate::ScheduledFuture::delay) tells the time
+    ///   to the next look at the clock (at most a minute), not to the next occurrence: ask
+    ///   [`Cron::next_after`](crate::cron::Cron::next_after) for that.
+    /// - An expression with no occurrence left (its years are past) ends the task: the
+    ///   future gives `Ok(())`.
+    ///
+    /// [`ManualClock`]: crate::ManualClock
+    /// [`MissedTicks`]: crate::MissedTicks
+    ///
+    /// # Errors
+    ///
+    /// [`ScheduleError::Shutdown`] or [`ScheduleError::Saturated`]; nothing was queued.
+    ///
+    /// # Examples
+    ///
+    /// A weekday job at 09:00 in New York, on a [`ManualClock`] whose wall clock starts on
+    /// Friday 2026-01-02 at 08:59 EST: it runs a minute later, then not before Monday.
+    ///
+    /// ```
+    /// use wheelpool::cron::Cron;
+    /// use wheelpool::{ManualClock, ScheduledThreadPool};
+    /// use std::sync::{Arc, Mutex};
+    /// use std::time::{Duration, UNIX_EPOCH};
+    ///
+    /// let friday_0859_est = UNIX_EPOCH + Duration::from_secs(1_767_362_340);
+    /// let clock = ManualClock::starting_at(friday_0859_est);
+    /// let pool = ScheduledThreadPool::builder().threads(1).clock(clock.clone()).build().unwrap();
+    /// let weekdays = Cron::parse("0 9 * * MON-FRI", "America/New_York").unwrap();
+    /// let runs = Arc::new(Mutex::new(Vec::new()));
+    /// let (log, c) = (runs.clone(), clock.clone());
+    /// let task = pool.schedule_cron(move || log.lock().unwrap().push(c.system_time()), &weekdays).unwrap();
+    ///
+    /// clock.advance(Duration::from_secs(60));
+    /// assert_eq!(*runs.lock().unwrap(), [friday_0859_est + Duration::from_secs(60)]);
+    /// clock.advance(Duration::from_secs(2 * 24 * 3600)); // the weekend
+    /// assert_eq!(runs.lock().unwrap().len(), 1);
+    /// assert!(task.cancel());
+    /// ```
+    #[cfg(feature = "cron")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
+    pub fn schedule_cron<F>(
+        &self,
+        f: F,
+        cron: &crate::cron::Cron,
+    ) -> Result<ScheduledFuture<()>, ScheduleError>
+    where
+        F: FnMut() + Send + 'static,
+    {
+        self.task().schedule_cron(f, cron)
+    }
 }
 
 impl Clone for Handle {

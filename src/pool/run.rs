@@ -36,8 +36,8 @@ pub(crate) fn run_task(core: &Core, task: &TaskRef, taking: Option<&Taking<'_>>)
         }
         // `run_ending` has done the bookkeeping, before the future completed.
         RunOutcome::Finished(_) => {}
-        RunOutcome::Rearm { panicked, now } => {
-            if !panicked {
+        RunOutcome::Rearm { ran_ok, now } => {
+            if ran_ok {
                 core.counters.completed();
             }
             core.counters.run_over();

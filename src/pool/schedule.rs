@@ -143,3 +143,27 @@ where
     );
     schedule_job(core, job, first, opts.name)
 }
+
+/// A calendar task (feature `cron`): its first wake-up is planned from the wall clock, under
+/// the task's missed-run policy, else the pool's (see `task/calendar.rs`).
+#[cfg(feature = "cron")]
+pub(crate) fn calendar<F>(
+    core: &Arc<Core>,
+    f: F,
+    cron: &crate::cron::Cron,
+    opts: Options,
+) -> Result<ScheduledFuture<()>, ScheduleError>
+where
+    F: FnMut() + Send + 'static,
+{
+    use crate::task::calendar::Calendar;
+    let clock = core.timer.time.clock.clone();
+    let missed = opts.missed.unwrap_or(core.missed_ticks);
+    let job = Calendar::new(f, cron.clone(), clock, missed, opts.survive_panics);
+    let now = core.timer.time.now_nanos();
+    let first = When {
+        deadline: job.first_deadline(now),
+        now,
+    };
+    schedule_job(core, job, first, opts.name)
+}

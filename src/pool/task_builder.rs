@@ -386,6 +386,41 @@ impl<'h> TaskBuilder<'h> {
         self.link
             .with_core(|core| schedule::dynamic(core, f, initial, from, opts))
     }
+
+    /// [`Handle::schedule_cron`](crate::Handle::schedule_cron) with these options (feature
+    /// `cron`): the missed-run policy applies to missed occurrences, as there.
+    ///
+    /// # Errors
+    ///
+    /// As [`Handle::schedule_cron`](crate::Handle::schedule_cron).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::cron::Cron;
+    /// use wheelpool::{MissedTicks, ScheduledThreadPool, TaskKind};
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+    /// let nightly = Cron::parse("0 3 * * *", "Europe/Paris").unwrap();
+    /// let f = pool.task().name("nightly").missed_ticks(MissedTicks::Skip).schedule_cron(|| (), &nightly).unwrap();
+    /// let pending = pool.shutdown_now();
+    /// assert_eq!((pending[0].name(), pending[0].kind()), (Some("nightly"), TaskKind::Cron));
+    /// assert!(f.is_cancelled());
+    /// ```
+    #[cfg(feature = "cron")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
+    pub fn schedule_cron<F>(
+        self,
+        f: F,
+        cron: &crate::cron::Cron,
+    ) -> Result<ScheduledFuture<()>, ScheduleError>
+    where
+        F: FnMut() + Send + 'static,
+    {
+        let opts = self.opts;
+        self.link
+            .with_core(|core| schedule::calendar(core, f, cron, opts))
+    }
 }
 
 impl fmt::Debug for TaskBuilder<'_> {

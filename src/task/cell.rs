@@ -100,22 +100,22 @@ impl<J: Job> TaskCell<J> {
     }
 
     /// After a periodic run: put the closure back and become `SCHEDULED` for `next`, unless a
-    /// cancel came in during the run.
-    fn rearm(&self, env: &dyn RunEnv, job: J, next: u64, panicked: bool, now: u64) -> RunOutcome {
+    /// cancel came in during the run. `ran_ok`: that run counts as completed.
+    fn rearm(&self, env: &dyn RunEnv, job: J, next: u64, ran_ok: bool, now: u64) -> RunOutcome {
         self.header.set_deadline(next);
         let mut body = self.body.lock();
         body.stage = Stage::Waiting(job);
         // The closure is back in the body before the task can be seen as SCHEDULED again, so a
         // canceller that wins SCHEDULED -> CANCELLED finds it there.
         if self.header.state.rearm() {
-            return RunOutcome::Rearm { panicked, now };
+            return RunOutcome::Rearm { ran_ok, now };
         }
         // RunningCancelled: the cancel returned true; no run may follow.
         let job = std::mem::replace(&mut body.stage, Stage::Running);
         drop(body);
         drop_user(job);
         self.header.state.finish_cancelled_run();
-        env.run_ending(End::Cancelled, !panicked);
+        env.run_ending(End::Cancelled, ran_ok);
         self.complete(Err(TaskError::Cancelled));
         RunOutcome::Finished(End::Cancelled)
     }
@@ -160,24 +160,35 @@ impl<J: Job> RawTask for TaskCell<J> {
         env.claim_decided(); // the last thing before user code: the run starts now
         let result = catch_unwind(AssertUnwindSafe(|| job.call()))
             .map_err(|p| env.report_panic(&self.header, p));
-        let panicked = match result {
+        // A run that returned normally counts as completed; a calendar job's look at the
+        // clock does not.
+        let ran_ok = result.is_ok() && job.counts_as_run();
+        let panic = match result {
             // A one-shot's value, or a dynamic job that ended itself: the task is done.
-            Ok(Some(value)) => return self.finish_run(env, job, End::Completed, Ok(value), true),
-            Ok(None) => false,
+            Ok(Some(value)) => return self.finish_run(env, job, End::Completed, Ok(value), ran_ok),
+            Ok(None) => None,
             Err(msg) if !(J::PERIODIC && job.survives_panic()) => {
                 let err = Err(TaskError::Panicked(msg));
                 return self.finish_run(env, job, End::Panicked, err, false);
             }
-            Err(_) => true,
+            Err(msg) => Some(msg),
         };
         // A periodic job goes on.
         if env.stopping() {
-            return self.finish_run(env, job, End::Shutdown, Err(TaskError::Shutdown), !panicked);
+            return self.finish_run(env, job, End::Shutdown, Err(TaskError::Shutdown), ran_ok);
         }
         let now = env.now_nanos();
-        match job.plan_next(now) {
-            Some(next) => self.rearm(env, job, next, panicked, now),
-            None => broken_invariant("a job asked for another run but planned none"),
+        if let Some(next) = job.plan_next(now) {
+            return self.rearm(env, job, next, ran_ok, now);
+        }
+        // No run left (a calendar with no occurrence left).
+        match (panic, job.value_at_end()) {
+            (Some(msg), _) => {
+                let err = Err(TaskError::Panicked(msg));
+                self.finish_run(env, job, End::Panicked, err, false)
+            }
+            (None, Some(value)) => self.finish_run(env, job, End::Completed, Ok(value), ran_ok),
+            (None, None) => broken_invariant("a periodic job planned no run and has no value"),
         }
     }
 

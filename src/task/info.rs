@@ -34,6 +34,8 @@ pub enum TaskKind {
     DynamicDelay,
     /// `schedule_at_dynamic_rate`.
     DynamicRate,
+    /// `schedule_cron` (feature `cron`): at each occurrence of a calendar expression.
+    Cron,
 }
 
 impl TaskKind {

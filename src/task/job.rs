@@ -12,12 +12,27 @@ pub(crate) trait Job: Send + 'static {
     fn call(&mut self) -> Option<Self::Output>;
 
     /// For a periodic job: plans the next run after one that finished at `now` (nanoseconds since
-    /// the pool's origin) and returns its deadline. `None` for one-shot jobs.
+    /// the pool's origin) and returns its deadline. `None` for one-shot jobs, and for a periodic
+    /// job with no run left (a calendar with no occurrence left): the task then ends with
+    /// [`value_at_end`](Self::value_at_end).
     fn plan_next(&mut self, now: u64) -> Option<u64>;
+
+    /// The task's value when [`plan_next`](Self::plan_next) found no run left; `None` for jobs
+    /// that always plan one (a one-shot is never asked).
+    fn value_at_end(&mut self) -> Option<Self::Output> {
+        None
+    }
 
     /// True if a panicking run should not stop the task (periodic opt-in).
     fn survives_panic(&self) -> bool {
         false
+    }
+
+    /// False when the last `call` did not run the user's closure but only looked at the
+    /// clock (a calendar job woken before its occurrence, to re-read the wall clock): the pool
+    /// then does not count it as a completed run.
+    fn counts_as_run(&self) -> bool {
+        true
     }
 
     /// The next run was moved to `deadline` (a reset): plans that count from the planned start

@@ -6,6 +6,8 @@
 //! [`state`]: the thread that wins the CAS out of `SCHEDULED` owns the closure until it hands it
 //! back (periodic re-arm) or stores a final result.
 
+#[cfg(feature = "cron")]
+pub(crate) mod calendar;
 mod cell;
 pub(crate) mod dynamic;
 mod info;
@@ -61,10 +63,11 @@ pub(crate) enum RunOutcome {
     NotStarted,
     /// The task ran and ended in this terminal state.
     Finished(state::End),
-    /// A periodic task ran (`panicked`: that run panicked and the task survives panics) and is
-    /// `SCHEDULED` again for `header().deadline()`: schedule it again.
+    /// A periodic task ran and is `SCHEDULED` again for `header().deadline()`: schedule it
+    /// again. `ran_ok`: that run counts as completed (false if it panicked and the task
+    /// survives panics, or if a calendar job only looked at the clock).
     /// `now`: the clock reading the next deadline was planned from (one read serves both).
-    Rearm { panicked: bool, now: u64 },
+    Rearm { ran_ok: bool, now: u64 },
 }
 
 /// What a successful `cancel` did.

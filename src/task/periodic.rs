@@ -14,6 +14,10 @@ use super::{Job, TaskKind};
 ///
 /// Runs of one task never overlap under any policy.
 ///
+/// Calendar tasks (feature `cron`) apply the same policies to occurrences they missed: `Burst`
+/// runs each, `Skip` waits for the first occurrence at or after now, `Delay` runs once at once
+/// for all of them and goes on with the calendar.
+///
 /// # Examples
 ///
 /// Set for the whole pool with [`Builder::missed_ticks`](crate::Builder::missed_ticks), for

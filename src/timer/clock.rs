@@ -6,7 +6,7 @@
 
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering, Weak};
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 /// A pool attached to a manual clock: `advance` asks it to run what is due and report its next
 /// deadline.
@@ -56,6 +56,9 @@ struct ManualInner {
     base: Instant,
     /// Nanoseconds since `base`; only grows.
     offset: AtomicU64,
+    /// The virtual wall clock's reading at `base` (it reads this plus `offset`); moved only by
+    /// `set_system_time`.
+    wall_base: Mutex<SystemTime>,
     listeners: Mutex<Vec<Weak<dyn ClockListener>>>,
     /// One `advance` at a time walks the deadlines.
     advancing: Mutex<()>,
@@ -90,14 +93,82 @@ impl ManualClock {
     /// assert!(before <= clock.now() && clock.now() <= after);
     /// ```
     pub fn new() -> Self {
+        Self::starting_at(SystemTime::now())
+    }
+
+    /// A clock standing at the moment it was created, whose virtual wall clock reads `wall`.
+    ///
+    /// The wall clock is what calendar schedules (feature `cron`) plan by: it moves with
+    /// every [`advance`](ManualClock::advance), so a test can start just before a
+    /// daylight-saving change and cross it in microseconds, and
+    /// [`set_system_time`](ManualClock::set_system_time) steps it the way NTP or a suspend
+    /// steps a real one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ManualClock;
+    /// use std::time::{Duration, UNIX_EPOCH};
+    ///
+    /// let new_year_2030 = UNIX_EPOCH + Duration::from_secs(1_893_456_000);
+    /// let clock = ManualClock::starting_at(new_year_2030);
+    /// assert_eq!(clock.system_time(), new_year_2030);
+    /// clock.advance(Duration::from_secs(90));
+    /// assert_eq!(clock.system_time(), new_year_2030 + Duration::from_secs(90));
+    /// ```
+    pub fn starting_at(wall: SystemTime) -> Self {
         ManualClock {
             inner: Arc::new(ManualInner {
                 base: Instant::now(),
                 offset: AtomicU64::new(0),
+                wall_base: Mutex::new(wall),
                 listeners: Mutex::new(Vec::new()),
                 advancing: Mutex::new(()),
             }),
         }
+    }
+
+    /// The virtual wall clock: where it started ([`starting_at`](ManualClock::starting_at), or
+    /// the system's time when the clock was created by [`new`](ManualClock::new)), plus every
+    /// advance, plus every step of [`set_system_time`](ManualClock::set_system_time).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ManualClock;
+    /// use std::time::{Duration, UNIX_EPOCH};
+    ///
+    /// let clock = ManualClock::starting_at(UNIX_EPOCH);
+    /// clock.advance(Duration::from_millis(1500));
+    /// assert_eq!(clock.system_time(), UNIX_EPOCH + Duration::from_millis(1500));
+    /// ```
+    pub fn system_time(&self) -> SystemTime {
+        let base = *self.inner.wall_base.lock();
+        let elapsed = Duration::from_nanos(self.offset_now());
+        base.checked_add(elapsed).unwrap_or(base)
+    }
+
+    /// Steps the virtual wall clock to `t`, forwards or backwards, without moving the
+    /// monotonic time that delays are measured on: what NTP, a suspend or an administrator
+    /// does to a real system clock. Calendar tasks see the step at their next look at the
+    /// wall clock, within a minute of (advanced) time.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ManualClock;
+    /// use std::time::{Duration, UNIX_EPOCH};
+    ///
+    /// let clock = ManualClock::starting_at(UNIX_EPOCH + Duration::from_secs(7200));
+    /// let now = clock.now();
+    /// clock.set_system_time(UNIX_EPOCH + Duration::from_secs(3600)); // back an hour
+    /// assert_eq!(clock.system_time(), UNIX_EPOCH + Duration::from_secs(3600));
+    /// assert_eq!(clock.now(), now, "monotonic time did not move");
+    /// ```
+    pub fn set_system_time(&self, t: SystemTime) {
+        let mut base = self.inner.wall_base.lock();
+        let elapsed = Duration::from_nanos(self.offset_now());
+        *base = t.checked_sub(elapsed).unwrap_or(t);
     }
 
     /// The clock's current time: where it was created plus every
@@ -294,6 +365,17 @@ impl Clock {
         match self {
             Clock::System => None,
             Clock::Manual(m) => Some(m),
+        }
+    }
+}
+
+/// Calendar tasks read the wall clock here: the system's, or the manual clock's virtual one.
+#[cfg(feature = "cron")]
+impl crate::task::calendar::WallClock for Clock {
+    fn wall_now(&self) -> SystemTime {
+        match self {
+            Clock::System => SystemTime::now(),
+            Clock::Manual(m) => m.system_time(),
         }
     }
 }

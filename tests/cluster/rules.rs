@@ -562,18 +562,27 @@ fn a_claim_whose_answer_was_lost_is_handed_back_to_its_node_only() {
     assert!(wait_until(LONG, || runs.lock().unwrap().len() >= 2));
     // What the database holds after node a's claim committed but its answer never came back:
     // one more claim by a's chain, for the next run, with a lease (as if the connection had
-    // dropped on the way back).
-    let lost: u64 = psql(
-        &server,
-        "UPDATE wheelpool_jobs SET claim_id = claim_id + 1, last_run = last_run + 1, \
-         claim_run = last_run + 1, claim_from = last_run + 1, released = false, \
-         locked_until = now() + interval '30 seconds' WHERE name = 'lost' RETURNING last_run",
-    )
-    .lines()
-    .next()
-    .unwrap()
-    .parse()
-    .unwrap();
+    // dropped on the way back). Made between two runs of a (its last claim released): made
+    // while a run of a is under way, it would take that run's lease, whose release would then
+    // report LeaseExpired.
+    let mut lost = None;
+    assert!(
+        wait_until(LONG, || {
+            lost = psql(
+                &server,
+                "UPDATE wheelpool_jobs SET claim_id = claim_id + 1, last_run = last_run + 1, \
+                 claim_run = last_run + 1, claim_from = last_run + 1, released = false, \
+                 locked_until = now() + interval '30 seconds' \
+                 WHERE name = 'lost' AND released RETURNING last_run",
+            )
+            .lines()
+            .next()
+            .and_then(|l| l.trim().parse::<u64>().ok());
+            lost.is_some()
+        }),
+        "a's claims were never released"
+    );
+    let lost = lost.unwrap();
     // A second node must not run it (the lease is a's), and a's next claim gets it back.
     let b = node(&url, "b", "lost", period, &runs);
     assert!(
