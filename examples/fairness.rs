@@ -20,7 +20,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use wheelpool::{Handle, MissedTicks, PeriodicOptions, ScheduledThreadPool};
+use wheelpool::{Handle, MissedTicks, ScheduledThreadPool};
 
 /// Worker threads of the pool: each runs a chain.
 const WORKERS: usize = 2;
@@ -76,17 +76,17 @@ fn main() {
 
     let runs = Arc::new(AtomicUsize::new(0));
     let r = runs.clone();
-    let opts = PeriodicOptions::new().missed_ticks(MissedTicks::Skip);
     let started = Instant::now();
     let rate = pool
         .handle()
-        .schedule_at_fixed_rate_with(
+        .task()
+        .missed_ticks(MissedTicks::Skip)
+        .schedule_at_fixed_rate(
             move || {
                 r.fetch_add(1, Ordering::Relaxed);
             },
             PERIOD,
             PERIOD,
-            opts,
         )
         .unwrap();
     std::thread::sleep(RATE_FOR);

@@ -72,7 +72,7 @@ fn main() {
             )
             .expect("arm the timeout");
         let cancel_timeout = timeout.cancel_handle();
-        drop(timeout); // detached: the cancel handle is all the reply needs
+        timeout.detach(); // the cancel handle is all the reply needs
 
         // The server answers after its latency.
         let latency = Duration::from_millis(rng.gen_range(0..MAX_LATENCY_MS));

@@ -27,7 +27,7 @@ impl Retry {
         let next = (backoff * 2).min(self.max);
         let again = self.clone();
         let retry = self.pool.schedule(move || again.attempt(next), backoff);
-        drop(retry.expect("the pool is running")); // detached: the retry still runs
+        retry.expect("the pool is running").detach(); // nobody waits for it: it still runs
     }
 }
 

@@ -6,6 +6,11 @@ use std::time::Duration;
 
 /// Why a task could not be scheduled. Nothing was queued when this is returned.
 ///
+/// What to do: `Shutdown`, schedule on a live pool (a `Handle` whose pool is gone always gets
+/// it); `Saturated`, cancel some tasks, retry later, or raise
+/// [`Builder::max_pending`](crate::Builder::max_pending); `ZeroPeriod`, pass a period greater
+/// than zero. The `Display` texts are short and say only what happened.
+///
 /// # Examples
 ///
 /// ```
@@ -33,17 +38,11 @@ pub enum ScheduleError {
 impl fmt::Display for ScheduleError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ScheduleError::Shutdown => {
-                f.write_str("the pool is shut down and takes no new tasks; schedule on a live pool")
+            ScheduleError::Shutdown => f.write_str("pool is shut down"),
+            ScheduleError::Saturated { max_pending } => {
+                write!(f, "pool is full ({max_pending} pending tasks)")
             }
-            ScheduleError::Saturated { max_pending } => write!(
-                f,
-                "the pool already holds {max_pending} pending tasks (its max_pending); \
-                 cancel some, retry later, or raise Builder::max_pending"
-            ),
-            ScheduleError::ZeroPeriod => f.write_str(
-                "a periodic task needs a period (or delay) greater than zero; pass a non-zero Duration",
-            ),
+            ScheduleError::ZeroPeriod => f.write_str("period is zero"),
         }
     }
 }
@@ -51,6 +50,13 @@ impl fmt::Display for ScheduleError {
 impl std::error::Error for ScheduleError {}
 
 /// Why a task's future holds no value.
+///
+/// What to do: `Cancelled`, schedule it again if the work is still needed; `Panicked`, fix the
+/// task (the pool's panic handler saw the payload, and [`TaskInfo::panicking`] told it which
+/// task); `Shutdown`, shut down once the work is done; `Taken`, keep the result the first
+/// `join_timeout` or poll returned.
+///
+/// [`TaskInfo::panicking`]: crate::TaskInfo::panicking
 ///
 /// # Examples
 ///
@@ -73,30 +79,77 @@ pub enum TaskError {
     Panicked(String),
     /// The pool shut down: a periodic task stops after its current run when the pool shuts down.
     Shutdown,
+    /// The result was already taken: an earlier [`join_timeout`] returned `Some`, or the future
+    /// was polled again after it returned `Ready`. Each task has one result.
+    ///
+    /// [`join_timeout`]: crate::ScheduledFuture::join_timeout
+    Taken,
 }
 
 impl fmt::Display for TaskError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TaskError::Cancelled => f.write_str(
-                "the task was cancelled before it produced a value; \
-                 schedule it again if the work is still needed",
-            ),
-            TaskError::Panicked(msg) => write!(
-                f,
-                "the task panicked: {msg}; fix the task (the pool's panic handler saw the payload)"
-            ),
-            TaskError::Shutdown => f.write_str(
-                "the pool shut down before the task finished; \
-                 shut down only once the work is done, or schedule on a running pool",
-            ),
+            TaskError::Cancelled => f.write_str("task cancelled"),
+            TaskError::Panicked(msg) => write!(f, "task panicked: {msg}"),
+            TaskError::Shutdown => f.write_str("pool shut down before the task finished"),
+            TaskError::Taken => f.write_str("task result already taken"),
         }
     }
 }
 
 impl std::error::Error for TaskError {}
 
+/// Why [`try_reset`](crate::ScheduledFuture::try_reset) (or `try_reset_at`, also on
+/// [`CancelHandle`](crate::CancelHandle)) did not move a task. Nothing changed.
+///
+/// A failure detector tells "the timeout is firing now" (`Running`: too late, the peer is being
+/// declared dead) from "it already fired" (`Done`) and "someone stopped it" (`Cancelled`)
+/// without a generation counter of its own.
+///
+/// # Examples
+///
+/// ```
+/// use wheelpool::{ResetError, ScheduledThreadPool};
+/// use std::time::Duration;
+///
+/// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+/// let f = pool.schedule(|| (), Duration::from_secs(60)).unwrap();
+/// assert_eq!(f.try_reset(Duration::from_secs(30)), Ok(()));
+/// f.cancel();
+/// assert_eq!(f.try_reset(Duration::from_secs(30)), Err(ResetError::Cancelled));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ResetError {
+    /// A run is in progress, or the task came due and was handed to a worker (it is firing).
+    /// For a periodic task, its next run can be reset again once this run has re-armed it.
+    Running,
+    /// The task finished: a one-shot ran, or a periodic task ended (its closure said so, or a
+    /// run panicked).
+    Done,
+    /// The task was cancelled (by `cancel`, `shutdown_now`, or stopped by a shutdown).
+    Cancelled,
+}
+
+impl fmt::Display for ResetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ResetError::Running => "task is running",
+            ResetError::Done => "task is done",
+            ResetError::Cancelled => "task was cancelled",
+        })
+    }
+}
+
+impl std::error::Error for ResetError {}
+
 /// Why `Builder::build` failed. Threads started before the failure have been stopped and joined.
+///
+/// What to do: a setting out of range ([`is_invalid_config`](Self::is_invalid_config)) fails
+/// the same way every time, so fix it (one worker per CPU and a 1 ms tick, the defaults, suit
+/// most uses; leave `max_pending` unset for no bound); a spawn failure may pass later or with
+/// fewer threads; a panicking `on_thread_start` hook needs fixing. `Display` says only what
+/// happened.
 ///
 /// # Examples
 ///
@@ -280,30 +333,18 @@ impl fmt::Display for BuildError {
         match &self.kind {
             BuildErrorKind::ThreadsOutOfRange { got, max } => write!(
                 f,
-                "threads must be at least 1 and at most {max} (got {got}); one worker per CPU \
-                 (the default) is usually right"
+                "threads must be at least 1 and at most {max} (got {got})"
             ),
             BuildErrorKind::TickOutOfRange { got, min, max } => write!(
                 f,
-                "tick must be at least {min:?} and at most {max:?} (got {got:?}); 1 ms (the \
-                 default) suits most uses"
+                "tick must be at least {min:?} and at most {max:?} (got {got:?})"
             ),
-            BuildErrorKind::ZeroMaxPending => {
-                f.write_str("max_pending must be at least 1 (leave it unset for no bound)")
+            BuildErrorKind::ZeroMaxPending => f.write_str("max_pending must be at least 1"),
+            BuildErrorKind::ThreadNameHasNul => f.write_str("thread_name contains a NUL byte"),
+            BuildErrorKind::Spawn(e) => write!(f, "could not start a pool thread: {e}"),
+            BuildErrorKind::ThreadStartPanicked(message) => {
+                write!(f, "an on_thread_start hook panicked: {message}")
             }
-            BuildErrorKind::ThreadNameHasNul => f.write_str(
-                "thread_name must not contain a NUL byte (the OS cannot name a thread so)",
-            ),
-            BuildErrorKind::Spawn(e) => write!(
-                f,
-                "could not start a pool thread: {e}; ask for fewer threads or free system \
-                 resources (thread limits, memory) and build again"
-            ),
-            BuildErrorKind::ThreadStartPanicked(message) => write!(
-                f,
-                "an on_thread_start hook panicked on a worker: {message}; the pool was not \
-                 started (its threads are stopped and joined): fix the hook and build again"
-            ),
         }
     }
 }

@@ -102,6 +102,23 @@
 //! ```
 //!
 //! Deterministic tests of your own timing code: see [`ManualClock`].
+//!
+//! # The public surface
+//!
+//! - [`ScheduledThreadPool`], built with [`Builder`]; it dereferences to its [`Handle`], where
+//!   the scheduling methods are (`execute`, `schedule`, `schedule_at`, fixed rate, fixed delay,
+//!   dynamic delay and rate). A dynamic task's closure returns `Option<Duration>` or
+//!   `ControlFlow<T, Duration>` ([`NextRun`]): a loop that returns its value.
+//! - [`TaskBuilder`], from `handle.task()`: options for one task (a name, [`MissedTicks`],
+//!   surviving panics), then any scheduling method. The one way to pass options: there are no
+//!   `_with` variants.
+//! - [`ScheduledFuture`]: join, `.await`, cancel, reset (`try_reset` says why not,
+//!   [`ResetError`]), `detach`, and [`AbortOnDrop`] for async code; [`CancelHandle`] cancels
+//!   and resets from another owner.
+//! - Inspection: [`PendingTask`] (what `shutdown_now` hands back), [`TaskInfo`] (which task
+//!   panicked, in the panic handler) and [`TaskKind`]; [`PoolStats`].
+//! - Errors: [`ScheduleError`], [`TaskError`], [`ResetError`], [`BuildError`].
+//! - [`ManualClock`] for tests on virtual time.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -127,10 +144,10 @@ pub mod wheel;
 #[cfg(not(feature = "bench-wheel"))]
 mod wheel;
 
-pub use error::{BuildError, ScheduleError, TaskError};
-pub use pool::{Builder, Handle, PoolStats, ScheduledThreadPool};
-pub use pool::{CancelHandle, ScheduledFuture};
-pub use task::{MissedTicks, PendingTask, PeriodicOptions};
+pub use error::{BuildError, ResetError, ScheduleError, TaskError};
+pub use pool::{AbortOnDrop, CancelHandle, ScheduledFuture};
+pub use pool::{Builder, Handle, PoolStats, ScheduledThreadPool, TaskBuilder};
+pub use task::{MissedTicks, NextRun, PendingTask, TaskInfo, TaskKind};
 pub use timer::ManualClock;
 
 /// The README's example, compiled and run as a doctest so it stays true.
@@ -150,12 +167,16 @@ fn _thread_safety() {
     send_sync::<ManualClock>();
     send_sync::<Builder>();
     send_sync::<PoolStats>();
-    send_sync::<PeriodicOptions>();
+    send_sync::<TaskBuilder<'static>>();
+    send_sync::<TaskInfo>();
+    send_sync::<TaskKind>();
     send_sync::<MissedTicks>();
+    send_sync::<AbortOnDrop<u32>>();
     // Errors go into `Box<dyn Error + Send + Sync>`.
     send_sync::<ScheduleError>();
     send_sync::<TaskError>();
     send_sync::<BuildError>();
+    send_sync::<ResetError>();
     #[cfg(feature = "cron")]
     {
         send_sync::<cron::Cron>();

@@ -38,7 +38,7 @@ use crate::pool::model::{self, Config, Core, Parts};
 use crate::sync::{Arc, Worker};
 use crate::task::periodic::{Periodic, Plan};
 use crate::task::state::End;
-use crate::task::{OneShot, RunEnv, TaskCell, TaskRef};
+use crate::task::{Header, OneShot, RunEnv, TaskCell, TaskRef};
 use crate::timer::driver::Driver;
 use crate::timer::Clock;
 use crate::ScheduledFuture;
@@ -183,7 +183,7 @@ impl RunEnv for BareEnv {
     fn stopping(&self) -> bool {
         self.stopping
     }
-    fn report_panic(&self, _payload: Box<dyn Any + Send>) -> String {
+    fn report_panic(&self, _task: &Header, _payload: Box<dyn Any + Send>) -> String {
         "panicked".to_owned()
     }
     fn run_ending(&self, _end: End, _ran_ok: bool) {}
@@ -251,7 +251,7 @@ impl ModelPool {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        model::one_shot(&self.core, f, self.when(at))
+        model::one_shot(&self.core, f, self.when(at), Default::default())
     }
 
     /// A fixed-delay task first due at tick `first`, re-armed `every` ticks after each run
@@ -269,7 +269,7 @@ impl ModelPool {
             delay: every.saturating_mul(TICK_NANOS),
         };
         let job = Periodic::new(Box::new(f) as PeriodicFn, plan, false);
-        model::schedule_job(&self.core, job, self.when(first))
+        model::schedule_job(&self.core, job, self.when(first), None)
     }
 
     /// A one-shot task cell due at tick `at` in `shard`, and its future, not scheduled yet: a

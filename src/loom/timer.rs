@@ -4,7 +4,7 @@
 
 use super::shutdown::check_fate;
 use super::{assert_dropped_once, model, Count, ModelPool, TICK};
-use crate::error::TaskError;
+use crate::error::{ResetError, TaskError};
 use crate::sync::Arc;
 use crate::timer::home;
 use loom::thread;
@@ -195,6 +195,11 @@ fn reset_racing_poll() {
                 .timer
                 .reset(&task, deadline, move || rebased.add())
         };
+        if let Err(why) = reset {
+            // Not yet run (the run below is the first): the poll handed it out, it is firing.
+            assert_eq!(why, ResetError::Running, "a refused reset says why");
+        }
+        let reset = reset.is_ok();
         let (mut driver, dispatched) = timer_thread.join().unwrap();
         assert_eq!(
             rebased.get(),
@@ -256,6 +261,15 @@ fn reset_racing_poll_and_cancel() {
         let cancelled = future.cancel();
         cancel_returned.store(true, Ordering::SeqCst);
         let reset = resetter.join().unwrap();
+        if let Err(why) = reset {
+            // The cancel won first, or the poll handed the task out first (firing; the cancel
+            // then won it from the queue): never Done, it never ran.
+            assert!(
+                matches!(why, ResetError::Cancelled | ResetError::Running),
+                "{why:?}"
+            );
+        }
+        let reset = reset.is_ok();
         let mut driver = timer_thread.join().unwrap();
         driver.poll_step();
         run_queued(&pool);

@@ -34,7 +34,7 @@ use super::counters::Counters;
 use super::lifecycle::{AtomicLifecycle, Lifecycle};
 use super::queues::ReadyQueues;
 use super::shutdown::Termination;
-use crate::error::ScheduleError;
+use crate::error::{ResetError, ScheduleError};
 use crate::panic::PanicReporter;
 use crate::sync::{fence, Arc, CachePadded, OnceLock, Ordering, Weak, Worker};
 use crate::task::state::End;
@@ -312,10 +312,10 @@ impl Core {
         }
     }
 
-    /// Moves a waiting task to `deadline` (nanoseconds since the origin); true if it was
-    /// waiting and moved. One in the past means now, and a periodic plan re-bases there (not in
-    /// the past, where a fixed-rate grid would replay missed slots).
-    pub(crate) fn reset(&self, task: &TaskRef, deadline: u64) -> bool {
+    /// Moves a waiting task to `deadline` (nanoseconds since the origin), or says why not. One
+    /// in the past means now, and a periodic plan re-bases there (not in the past, where a
+    /// fixed-rate grid would replay missed slots).
+    pub(crate) fn reset(&self, task: &TaskRef, deadline: u64) -> Result<(), ResetError> {
         let deadline = deadline.max(self.timer.time.now_nanos());
         self.timer.reset(task, deadline, || task.rebase(deadline))
     }
@@ -323,7 +323,9 @@ impl Core {
     /// Stops a waiting task for `shutdown_now`; its closure, if this call won it.
     fn take_back(&self, task: &TaskRef) -> Option<PendingTask> {
         match self.stop(task, Stop::ShutdownNow, Counted::Cancelled) {
-            Stopped::HandedBack(pending) => Some(pending),
+            Stopped::HandedBack(pending) => {
+                Some(pending.place(|nanos| self.timer.time.instant_of(nanos)))
+            }
             Stopped::NotWaiting | Stopped::Ended => None,
         }
     }

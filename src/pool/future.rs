@@ -4,11 +4,11 @@
 //! pool's core, so keeping it here keeps every import pointing down (pool -> timer -> task ->
 //! wheel).
 
-use super::core::{Core, CoreRef};
-use crate::error::TaskError;
+use super::cancel::{cancel, reset_after, reset_at, CancelHandle};
+use super::core::CoreRef;
+use crate::error::{ResetError, TaskError};
 use crate::sync::Arc;
 use crate::task::{TaskRef, TaskResult};
-use crate::timer::duration_nanos;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -22,8 +22,14 @@ use std::time::{Duration, Instant};
 /// is stored in the task). Periodic tasks return `ScheduledFuture<()>`, which completes only when
 /// the task stops: cancelled, panicked, or ended by shutdown.
 ///
-/// Dropping the future **detaches** the task: it still runs. To stop it, call
-/// [`cancel`](Self::cancel) or keep a [`CancelHandle`] and cancel through that.
+/// # Dropping detaches
+///
+/// Dropping the future **detaches** the task: it still runs (and a periodic task goes on until
+/// the pool stops it). So `tokio::time::timeout(d, future)` that times out, or a `select!` that
+/// takes another branch, leaves the task running. To stop it, call [`cancel`](Self::cancel),
+/// keep a [`CancelHandle`], or wrap the future with [`abort_on_drop`](Self::abort_on_drop),
+/// which cancels the task when the wrapper is dropped. Say fire-and-forget out loud with
+/// [`detach`](Self::detach) (it also keeps `let _ = ...` and its lint away).
 ///
 /// # Examples
 ///
@@ -35,29 +41,9 @@ use std::time::{Duration, Instant};
 /// let f = pool.schedule(|| 6 * 7, Duration::from_millis(5)).unwrap();
 /// assert_eq!(f.join(), Ok(42));
 /// ```
-#[must_use = "dropping a ScheduledFuture detaches the task; keep it to cancel or join"]
+#[must_use = "dropping a ScheduledFuture detaches the task (it still runs): call .detach() to say so, or keep it to cancel or join"]
 pub struct ScheduledFuture<T> {
     task: Arc<dyn TaskResult<T>>,
-    core: Arc<CoreRef>,
-}
-
-/// A cloneable handle that cancels one task from anywhere, while someone else holds its future.
-///
-/// # Examples
-///
-/// ```
-/// use wheelpool::{ScheduledThreadPool, TaskError};
-/// use std::time::Duration;
-///
-/// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
-/// let f = pool.schedule(|| "late", Duration::from_secs(3600)).unwrap();
-/// let handle = f.cancel_handle();
-/// std::thread::spawn(move || assert!(handle.cancel())).join().unwrap();
-/// assert_eq!(f.join(), Err(TaskError::Cancelled));
-/// ```
-#[derive(Clone)]
-pub struct CancelHandle {
-    task: TaskRef,
     core: Arc<CoreRef>,
 }
 
@@ -116,10 +102,7 @@ impl<T: Send + 'static> ScheduledFuture<T> {
     /// assert!(f.is_cancelled());
     /// ```
     pub fn cancel_handle(&self) -> CancelHandle {
-        CancelHandle {
-            task: self.raw(),
-            core: self.core.clone(),
-        }
+        CancelHandle::new(self.raw(), self.core.clone())
     }
 
     /// True if the task was cancelled, by [`cancel`](Self::cancel) or by the pool's shutdown.
@@ -213,7 +196,59 @@ impl<T: Send + 'static> ScheduledFuture<T> {
     /// assert_eq!(timeout.join(), Ok(ms(160)));
     /// ```
     pub fn reset(&self, delay: Duration) -> bool {
+        self.try_reset(delay).is_ok()
+    }
+
+    /// Like [`reset`](Self::reset), saying why the task was not moved: [`ResetError::Running`]
+    /// (a run in progress, or due and handed to a worker: it is firing), [`ResetError::Done`]
+    /// or [`ResetError::Cancelled`]. Nothing changes on an error.
+    ///
+    /// # Errors
+    ///
+    /// As above; [`reset`](Self::reset) is `try_reset(..).is_ok()`.
+    ///
+    /// # Examples
+    ///
+    /// A failure detector that knows whether its timeout is firing or has fired:
+    ///
+    /// ```
+    /// use wheelpool::{ManualClock, ResetError, ScheduledThreadPool};
+    /// use std::time::Duration;
+    ///
+    /// let ms = Duration::from_millis;
+    /// let clock = ManualClock::new();
+    /// let pool = ScheduledThreadPool::builder().threads(1).clock(clock.clone()).build().unwrap();
+    /// let dead = pool.schedule(|| "peer is dead", ms(100)).unwrap();
+    /// assert_eq!(dead.try_reset(ms(100)), Ok(()));
+    /// clock.advance(ms(100));
+    /// assert_eq!(dead.try_reset(ms(100)), Err(ResetError::Done));
+    /// assert_eq!(dead.join(), Ok("peer is dead"));
+    /// ```
+    pub fn try_reset(&self, delay: Duration) -> Result<(), ResetError> {
         reset_after(&self.raw(), &self.core, delay)
+    }
+
+    /// Like [`reset_at`](Self::reset_at), saying why the task was not moved (see
+    /// [`try_reset`](Self::try_reset)).
+    ///
+    /// # Errors
+    ///
+    /// [`ResetError::Running`], [`ResetError::Done`] or [`ResetError::Cancelled`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::{ResetError, ScheduledThreadPool};
+    /// use std::time::{Duration, Instant};
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+    /// let f = pool.schedule(|| (), Duration::from_secs(60)).unwrap();
+    /// assert_eq!(f.try_reset_at(Instant::now() + Duration::from_secs(120)), Ok(()));
+    /// assert!(f.cancel());
+    /// assert_eq!(f.try_reset_at(Instant::now()), Err(ResetError::Cancelled));
+    /// ```
+    pub fn try_reset_at(&self, at: Instant) -> Result<(), ResetError> {
+        reset_at(&self.raw(), &self.core, at)
     }
 
     /// Like [`reset`](Self::reset), to the instant `at` on the pool's clock (with a
@@ -238,7 +273,47 @@ impl<T: Send + 'static> ScheduledFuture<T> {
     /// assert_eq!(f.join(), Ok("ran"));
     /// ```
     pub fn reset_at(&self, at: Instant) -> bool {
-        reset_at(&self.raw(), &self.core, at)
+        self.try_reset_at(at).is_ok()
+    }
+
+    /// Lets the task go: it runs (and a periodic task goes on) with nobody waiting for its
+    /// result, as when the future is dropped, but said on purpose. A `CancelHandle` taken
+    /// before still cancels it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ScheduledThreadPool;
+    /// use std::sync::mpsc;
+    /// use std::time::Duration;
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+    /// let (tx, rx) = mpsc::channel();
+    /// pool.schedule(move || tx.send("ran anyway").unwrap(), Duration::from_millis(1)).unwrap().detach();
+    /// assert_eq!(rx.recv(), Ok("ran anyway"));
+    /// ```
+    pub fn detach(self) {}
+
+    /// A wrapper that cancels the task when it is dropped, for async code where a dropped
+    /// future means "no longer wanted" (`tokio::time::timeout`, `select!`, an aborted
+    /// request). It is itself a `Future` with the same output, and dereferences to this
+    /// future (`cancel`, `reset`, ...). A task that already finished is left alone.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ScheduledThreadPool;
+    /// use std::time::Duration;
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+    /// let f = pool.schedule(|| "late", Duration::from_secs(3600)).unwrap();
+    /// let handle = f.cancel_handle();
+    /// let guarded = f.abort_on_drop();
+    /// drop(guarded); // e.g. a timeout around `guarded.await` fired
+    /// assert!(handle.is_cancelled());
+    /// ```
+    pub fn abort_on_drop(self) -> AbortOnDrop<T> {
+        AbortOnDrop { future: self }
     }
 
     /// Blocks until the task finishes and returns its value or why there is none.
@@ -249,12 +324,8 @@ impl<T: Send + 'static> ScheduledFuture<T> {
     /// # Errors
     ///
     /// [`TaskError::Cancelled`], [`TaskError::Panicked`] with the panic message, or
-    /// [`TaskError::Shutdown`].
-    ///
-    /// # Panics
-    ///
-    /// If an earlier [`join_timeout`](Self::join_timeout) (or `.await`) already returned the
-    /// result.
+    /// [`TaskError::Shutdown`]; [`TaskError::Taken`] if an earlier
+    /// [`join_timeout`](Self::join_timeout) (or `.await`) already returned the result.
     ///
     /// # Examples
     ///
@@ -275,28 +346,27 @@ impl<T: Send + 'static> ScheduledFuture<T> {
 
     /// Like [`join`](Self::join), but gives up after `timeout` and returns `None` (the future
     /// stays usable: join or await it again later). Once it has returned `Some`, the result is
-    /// gone: a later join or poll panics.
+    /// gone: a later call returns `Some(Err(TaskError::Taken))` at once (so do `join` and a
+    /// poll).
     ///
     /// # Errors
     ///
     /// `Some(Err(_))` as for [`join`](Self::join): [`TaskError::Cancelled`],
-    /// [`TaskError::Panicked`] or [`TaskError::Shutdown`]. `None` is not an error: the task has
-    /// not finished yet.
-    ///
-    /// # Panics
-    ///
-    /// If an earlier `join_timeout` (or `.await`) already returned the result.
+    /// [`TaskError::Panicked`], [`TaskError::Shutdown`], or [`TaskError::Taken`] after the
+    /// result was returned once. `None` is not an error: the task has not finished yet.
     ///
     /// # Examples
     ///
     /// ```
-    /// use wheelpool::ScheduledThreadPool;
+    /// use wheelpool::{ScheduledThreadPool, TaskError};
     /// use std::time::Duration;
     ///
     /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
     /// let mut f = pool.schedule(|| 7, Duration::from_secs(3600)).unwrap();
     /// assert_eq!(f.join_timeout(Duration::from_millis(1)), None);
     /// f.cancel();
+    /// assert_eq!(f.join_timeout(Duration::from_secs(10)), Some(Err(TaskError::Cancelled)));
+    /// assert_eq!(f.join_timeout(Duration::from_secs(10)), Some(Err(TaskError::Taken)));
     /// ```
     pub fn join_timeout(&mut self, timeout: Duration) -> Option<Result<T, TaskError>> {
         let deadline = Instant::now().checked_add(timeout);
@@ -307,131 +377,75 @@ impl<T: Send + 'static> ScheduledFuture<T> {
 impl<T: Send + 'static> Future for ScheduledFuture<T> {
     type Output = Result<T, TaskError>;
 
-    /// # Panics
-    ///
-    /// If polled again after it returned `Ready`.
+    /// Polled again after it returned `Ready`, it returns `Ready(Err(TaskError::Taken))`.
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         self.task.poll_result(cx)
     }
 }
 
+/// Shows the task's id, name, kind and state by name, for example
+/// `ScheduledFuture { task: Task { id: 7, name: Some("sweep"), kind: FixedRate, state: Scheduled } }`.
 impl<T: 'static> fmt::Debug for ScheduledFuture<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ScheduledFuture")
             .field("task", self.task.header())
-            .finish_non_exhaustive()
+            .finish()
     }
 }
 
-impl CancelHandle {
-    /// Cancels the task; same rules and return value as [`ScheduledFuture::cancel`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use wheelpool::ScheduledThreadPool;
-    /// use std::time::Duration;
-    ///
-    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
-    /// let f = pool.schedule(|| (), Duration::from_secs(60)).unwrap();
-    /// assert!(f.cancel_handle().cancel());
-    /// ```
-    pub fn cancel(&self) -> bool {
-        cancel(&self.task, &self.core)
-    }
+/// A [`ScheduledFuture`] that cancels its task when dropped: made by
+/// [`ScheduledFuture::abort_on_drop`]. A `Future` with the same output; dereferences to the
+/// future it wraps.
+///
+/// # Examples
+///
+/// ```
+/// use wheelpool::{ScheduledThreadPool, TaskError};
+/// use std::time::Duration;
+///
+/// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+/// let guarded = pool.schedule(|| 5, Duration::ZERO).unwrap().abort_on_drop();
+/// assert_eq!(pollster::block_on(guarded), Ok(5)); // finished: the drop cancels nothing
+///
+/// let guarded = pool.schedule(|| 5, Duration::from_secs(3600)).unwrap().abort_on_drop();
+/// let handle = guarded.cancel_handle();
+/// drop(guarded);
+/// assert!(handle.is_cancelled());
+/// ```
+#[must_use = "dropping an AbortOnDrop cancels its task at once"]
+pub struct AbortOnDrop<T: Send + 'static> {
+    future: ScheduledFuture<T>,
+}
 
-    /// Moves the task's next run to `delay` from now; same rules and return value as
-    /// [`ScheduledFuture::reset`]. What a peer's connection handler holds to push back its
-    /// idle timeout while someone else owns the future.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use wheelpool::{ManualClock, ScheduledThreadPool};
-    /// use std::time::Duration;
-    ///
-    /// let ms = Duration::from_millis;
-    /// let clock = ManualClock::new();
-    /// let pool = ScheduledThreadPool::builder().threads(1).clock(clock.clone()).build().unwrap();
-    /// let idle = pool.schedule(|| "closed", ms(30)).unwrap();
-    /// let handle = idle.cancel_handle();
-    /// clock.advance(ms(20));
-    /// assert!(std::thread::spawn(move || handle.reset(ms(30))).join().unwrap());
-    /// clock.advance(ms(20)); // 40 ms: the old deadline has passed
-    /// assert!(!idle.is_done());
-    /// clock.advance(ms(10)); // 50 ms
-    /// assert_eq!(idle.join(), Ok("closed"));
-    /// ```
-    pub fn reset(&self, delay: Duration) -> bool {
-        reset_after(&self.task, &self.core, delay)
-    }
+impl<T: Send + 'static> Future for AbortOnDrop<T> {
+    type Output = Result<T, TaskError>;
 
-    /// Moves the task's next run to the instant `at`; same rules and return value as
-    /// [`ScheduledFuture::reset_at`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use wheelpool::{ManualClock, ScheduledThreadPool};
-    /// use std::time::Duration;
-    ///
-    /// let clock = ManualClock::new();
-    /// let pool = ScheduledThreadPool::builder().threads(1).clock(clock.clone()).build().unwrap();
-    /// let f = pool.schedule(|| (), Duration::from_secs(60)).unwrap();
-    /// let h = f.cancel_handle();
-    /// assert!(h.cancel());
-    /// assert!(!h.reset_at(clock.now()), "a cancelled task cannot be reset");
-    /// ```
-    pub fn reset_at(&self, at: Instant) -> bool {
-        reset_at(&self.task, &self.core, at)
-    }
-
-    /// True if the task was cancelled (by anyone, or by the pool's shutdown).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use wheelpool::ScheduledThreadPool;
-    /// use std::time::Duration;
-    ///
-    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
-    /// let f = pool.schedule(|| (), Duration::from_secs(60)).unwrap();
-    /// let h = f.cancel_handle();
-    /// f.cancel();
-    /// assert!(h.is_cancelled());
-    /// ```
-    pub fn is_cancelled(&self) -> bool {
-        self.task.header().state.load().is_cancelled()
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.future).poll(cx)
     }
 }
 
-impl fmt::Debug for CancelHandle {
+impl<T: Send + 'static> std::ops::Deref for AbortOnDrop<T> {
+    type Target = ScheduledFuture<T>;
+
+    fn deref(&self) -> &ScheduledFuture<T> {
+        &self.future
+    }
+}
+
+impl<T: Send + 'static> Drop for AbortOnDrop<T> {
+    /// Cancels the task, with [`ScheduledFuture::cancel`]'s rules: a waiting task never
+    /// starts, a running one-shot finishes but its value is dropped, a finished task is left
+    /// alone.
+    fn drop(&mut self) {
+        self.future.cancel();
+    }
+}
+
+impl<T: Send + 'static> fmt::Debug for AbortOnDrop<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CancelHandle")
-            .field("task", self.task.header())
-            .finish_non_exhaustive()
+        f.debug_struct("AbortOnDrop")
+            .field("task", self.future.task.header())
+            .finish()
     }
-}
-
-fn cancel(task: &TaskRef, core: &Core) -> bool {
-    use crate::task::Cancelled;
-    let outcome = task.cancel();
-    core.on_cancel(task, outcome);
-    match outcome {
-        Cancelled::Waiting => true,
-        // A periodic task's later runs had not started: this call stopped them. A running
-        // one-shot has no run left to stop (its value will be dropped, `join` says Cancelled).
-        Cancelled::Running => task.header().is_periodic(),
-        Cancelled::No => false,
-    }
-}
-
-fn reset_after(task: &TaskRef, core: &Core, delay: Duration) -> bool {
-    let time = &core.timer.time;
-    let deadline = time.now_nanos().saturating_add(duration_nanos(delay));
-    core.reset(task, deadline)
-}
-
-fn reset_at(task: &TaskRef, core: &Core, at: Instant) -> bool {
-    core.reset(task, core.timer.time.nanos_of(at))
 }

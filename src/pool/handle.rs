@@ -1,19 +1,20 @@
-//! `Handle`: the scheduling methods, written once. `ScheduledThreadPool` dereferences to its
-//! own handle (which owns the core); other handles refer to the core without keeping it alive.
+//! `Handle`: the scheduling methods without options (each is `task()` with none; the bodies are
+//! `TaskBuilder`'s). `ScheduledThreadPool` dereferences to its own handle (which owns the core);
+//! other handles refer to the core without keeping it alive.
 
 use super::core::Core;
 use super::future::ScheduledFuture;
-use super::schedule::{self, Every};
+use super::link::CoreLink;
+use super::task_builder::TaskBuilder;
 use crate::error::ScheduleError;
-use crate::sync::{Arc, Weak};
-use crate::task::dynamic::CountFrom;
-use crate::task::PeriodicOptions;
+use crate::sync::Arc;
+use crate::task::NextRun;
 use std::fmt;
 use std::time::{Duration, Instant};
 
-/// The scheduling side of a pool: every scheduling method is written here once, and
+/// The scheduling side of a pool: the scheduling methods are here, and
 /// [`ScheduledThreadPool`](crate::ScheduledThreadPool) dereferences to its own `Handle`, so `pool.schedule(..)` is
-/// `Handle::schedule`.
+/// `Handle::schedule`. Options for one task (a name, ...) go through [`task`](Self::task).
 ///
 /// A handle from [`ScheduledThreadPool::handle`](crate::ScheduledThreadPool::handle) (or a clone of any handle) is a cheap way to
 /// schedule on a pool without keeping it alive: what a task captures to schedule its follow-ups.
@@ -35,12 +36,6 @@ pub struct Handle {
     core: CoreLink,
 }
 
-/// The pool's own handle keeps the core alive; every other handle only refers to it.
-enum CoreLink {
-    Owner(Arc<Core>),
-    Weak(Weak<Core>),
-}
-
 impl Handle {
     /// The pool's own handle, which keeps the core alive.
     pub(crate) fn owner(core: Arc<Core>) -> Self {
@@ -57,17 +52,31 @@ impl Handle {
         }
     }
 
-    fn with_core<R>(
-        &self,
-        f: impl FnOnce(&Arc<Core>) -> Result<R, ScheduleError>,
-    ) -> Result<R, ScheduleError> {
-        match &self.core {
-            CoreLink::Owner(core) => f(core),
-            CoreLink::Weak(weak) => match weak.upgrade() {
-                Some(core) => f(&core),
-                None => Err(ScheduleError::Shutdown),
-            },
-        }
+    /// Options for one task (a name, the missed-run policy, surviving panics), then any of the
+    /// scheduling methods: `pool.task().name("flush").schedule_at_fixed_rate(f, init, period)`.
+    /// The methods below are the same calls with no options; see [`TaskBuilder`] for why
+    /// options come this way.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::{MissedTicks, ScheduledThreadPool};
+    /// use std::time::Duration;
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+    /// let second = Duration::from_secs(1);
+    /// let beat = pool
+    ///     .task()
+    ///     .name("heartbeat")
+    ///     .missed_ticks(MissedTicks::Skip)
+    ///     .survive_panics(true)
+    ///     .schedule_at_fixed_rate(|| (), second, second)
+    ///     .unwrap();
+    /// assert!(format!("{beat:?}").contains("heartbeat"));
+    /// assert!(beat.cancel());
+    /// ```
+    pub fn task(&self) -> TaskBuilder<'_> {
+        TaskBuilder::new(&self.core)
     }
 
     /// Runs `f` as soon as a worker is free (it skips the wheel).
@@ -94,7 +103,7 @@ impl Handle {
     where
         F: FnOnce() + Send + 'static,
     {
-        self.with_core(|core| schedule::execute(core, f))
+        self.task().execute(f)
     }
 
     /// Runs `f` once, `delay` from now (never earlier; deadlines round up to the next tick).
@@ -120,10 +129,7 @@ impl Handle {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        self.with_core(|core| {
-            let when = schedule::after(core, delay);
-            schedule::one_shot(core, f, when)
-        })
+        self.task().schedule(f, delay)
     }
 
     /// Runs `f` once at `at`, an instant on the pool's clock (with a `ManualClock`, take it
@@ -149,16 +155,13 @@ impl Handle {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        self.with_core(|core| {
-            let when = schedule::at(core, at);
-            schedule::one_shot(core, f, when)
-        })
+        self.task().schedule_at(f, at)
     }
 
     /// Runs `f` at `initial`, `initial + period`, `initial + 2 * period`, ... measured from
     /// this call, whatever the runs take (no drift). A run that overruns delays the next
     /// one; runs never overlap; missed runs follow the pool's [`MissedTicks`](crate::MissedTicks) policy
-    /// (default `Burst`, like Java). Example: period 5 s, a run takes 2 s: the next starts
+    /// (default `Burst`, like Java), or the task's ([`TaskBuilder::missed_ticks`]). Example: period 5 s, a run takes 2 s: the next starts
     /// 3 s after it ends, still on the 5 s grid.
     ///
     /// The future completes only when the task stops (cancel, panic, shutdown).
@@ -194,44 +197,7 @@ impl Handle {
     where
         F: FnMut() + Send + 'static,
     {
-        self.schedule_at_fixed_rate_with(f, initial, period, PeriodicOptions::new())
-    }
-
-    // The four `*_with` twins (here and below) repeat their plain method's signature and
-    // forward to one generic front each in `schedule.rs`: they are public API, and replacing them
-    // by one options value is the API part of issue 22, not this internal pass. Until then the
-    // repetition is deliberate; keep each twin a one-line forward.
-
-    /// [`schedule_at_fixed_rate`](Self::schedule_at_fixed_rate) with per-task options
-    /// (missed-run policy, surviving panics).
-    ///
-    /// # Errors
-    ///
-    /// As [`schedule_at_fixed_rate`](Self::schedule_at_fixed_rate).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use wheelpool::{MissedTicks, PeriodicOptions, ScheduledThreadPool};
-    /// use std::time::Duration;
-    ///
-    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
-    /// let opts = PeriodicOptions::new().missed_ticks(MissedTicks::Skip).survive_panics(true);
-    /// let f = pool.schedule_at_fixed_rate_with(|| (), Duration::from_secs(1), Duration::from_secs(1), opts).unwrap();
-    /// assert!(f.cancel());
-    /// ```
-    pub fn schedule_at_fixed_rate_with<F>(
-        &self,
-        f: F,
-        initial: Duration,
-        period: Duration,
-        opts: PeriodicOptions,
-    ) -> Result<ScheduledFuture<()>, ScheduleError>
-    where
-        F: FnMut() + Send + 'static,
-    {
-        let every = Every::Rate(period);
-        self.with_core(|core| schedule::periodic(core, f, initial, every, opts))
+        self.task().schedule_at_fixed_rate(f, initial, period)
     }
 
     /// Runs `f` at `initial`, then again `delay` after each run returns. Example: delay
@@ -263,49 +229,24 @@ impl Handle {
     where
         F: FnMut() + Send + 'static,
     {
-        self.schedule_with_fixed_delay_with(f, initial, delay, PeriodicOptions::new())
+        self.task().schedule_with_fixed_delay(f, initial, delay)
     }
 
-    /// [`schedule_with_fixed_delay`](Self::schedule_with_fixed_delay) with per-task options
-    /// (surviving panics; the missed-run policy does not apply to fixed delay).
+    /// Runs `f` at `initial`, then again whenever its last run says, `delay` after this run
+    /// **returned**. `f` returns either (see [`NextRun`]):
     ///
-    /// # Errors
+    /// - `Option<Duration>`: `Some(delay)` for a next run, `None` to end the task, whose
+    ///   future then gives `Ok(())`; or
+    /// - [`ControlFlow<T, Duration>`](std::ops::ControlFlow): `Continue(delay)` for a next
+    ///   run, `Break(value)` to end the task, whose future then gives `Ok(value)`: a retry
+    ///   that returns its reply, or its last error (`examples/retry_backoff.rs`).
     ///
-    /// As [`schedule_with_fixed_delay`](Self::schedule_with_fixed_delay).
+    /// Retry loops with backoff, polling that slows down when idle. One future (and its
+    /// [`CancelHandle`]) cancels the whole chain.
     ///
-    /// # Examples
-    ///
-    /// ```
-    /// use wheelpool::{PeriodicOptions, ScheduledThreadPool};
-    /// use std::time::Duration;
-    ///
-    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
-    /// let opts = PeriodicOptions::new().survive_panics(true);
-    /// let f = pool.schedule_with_fixed_delay_with(|| (), Duration::from_secs(1), Duration::from_secs(1), opts).unwrap();
-    /// assert!(f.cancel());
-    /// ```
-    pub fn schedule_with_fixed_delay_with<F>(
-        &self,
-        f: F,
-        initial: Duration,
-        delay: Duration,
-        opts: PeriodicOptions,
-    ) -> Result<ScheduledFuture<()>, ScheduleError>
-    where
-        F: FnMut() + Send + 'static,
-    {
-        let every = Every::Delay(delay);
-        self.with_core(|core| schedule::periodic(core, f, initial, every, opts))
-    }
-
-    /// Runs `f` at `initial`, then again whenever its last run says: `f` returns
-    /// `Some(delay)` for a next run `delay` after this run **returned**, or `None` to end the
-    /// task, whose future then gives `Ok(())`. Retry loops with backoff, polling that slows
-    /// down when idle. One future (and its [`CancelHandle`]) cancels the whole chain.
-    ///
-    /// Runs never overlap. A panicking run ends the task with [`TaskError::Panicked`]
-    /// (see [`schedule_with_dynamic_delay_with`](Self::schedule_with_dynamic_delay_with) to
-    /// survive panics); cancel and shutdown behave as for fixed-delay tasks.
+    /// Runs never overlap. A panicking run ends the task with [`TaskError::Panicked`] (to
+    /// survive panics: [`TaskBuilder::survive_panics`]); cancel and shutdown behave as for
+    /// fixed-delay tasks.
     ///
     /// [`TaskError::Panicked`]: crate::TaskError::Panicked
     /// [`CancelHandle`]: crate::CancelHandle
@@ -350,76 +291,50 @@ impl Handle {
     /// assert_eq!(*tries.lock().unwrap(), [ms(0), ms(10), ms(30), ms(70)]);
     /// assert_eq!(retry.join(), Ok(()));
     /// ```
-    pub fn schedule_with_dynamic_delay<F>(
-        &self,
-        f: F,
-        initial: Duration,
-    ) -> Result<ScheduledFuture<()>, ScheduleError>
-    where
-        F: FnMut() -> Option<Duration> + Send + 'static,
-    {
-        self.schedule_with_dynamic_delay_with(f, initial, PeriodicOptions::new())
-    }
-
-    /// [`schedule_with_dynamic_delay`](Self::schedule_with_dynamic_delay) with per-task
-    /// options. Only [`survive_panics`](PeriodicOptions::survive_panics) applies (the
-    /// missed-run policy is for fixed-rate tasks): after a panicking run the task goes on
-    /// with the delay `f` last returned (before any run returned one: `initial`).
     ///
-    /// # Errors
-    ///
-    /// As [`schedule_with_dynamic_delay`](Self::schedule_with_dynamic_delay).
-    ///
-    /// # Examples
-    ///
-    /// The second run panics; the task survives and runs again 5 ms later, as the first
-    /// run asked:
+    /// A loop that returns: three tries 10 ms apart, then it gives up with the last error.
     ///
     /// ```
-    /// use wheelpool::{ManualClock, PeriodicOptions, ScheduledThreadPool};
-    /// use std::sync::atomic::{AtomicUsize, Ordering};
-    /// use std::sync::Arc;
+    /// use wheelpool::{ManualClock, ScheduledThreadPool};
+    /// use std::ops::ControlFlow::{Break, Continue};
     /// use std::time::Duration;
     ///
-    /// let ms = Duration::from_millis;
     /// let clock = ManualClock::new();
-    /// let pool = ScheduledThreadPool::builder()
-    ///     .threads(1)
-    ///     .clock(clock.clone())
-    ///     .panic_handler(|_| {}) // expected
-    ///     .build()
+    /// let pool = ScheduledThreadPool::builder().threads(1).clock(clock.clone()).build().unwrap();
+    /// let mut tries = 0;
+    /// let call = pool
+    ///     .schedule_with_dynamic_delay(
+    ///         move || {
+    ///             tries += 1;
+    ///             let reply: Result<u32, String> = Err(format!("refused ({tries})"));
+    ///             match reply {
+    ///                 Err(_) if tries < 3 => Continue(Duration::from_millis(10)),
+    ///                 done => Break(done),
+    ///             }
+    ///         },
+    ///         Duration::ZERO,
+    ///     )
     ///     .unwrap();
-    /// let runs = Arc::new(AtomicUsize::new(0));
-    /// let r = runs.clone();
-    /// let task = move || {
-    ///     if r.fetch_add(1, Ordering::SeqCst) == 1 {
-    ///         panic!("flaky");
-    ///     }
-    ///     Some(ms(5))
-    /// };
-    /// let opts = PeriodicOptions::new().survive_panics(true);
-    /// let f = pool.schedule_with_dynamic_delay_with(task, ms(5), opts).unwrap();
-    /// clock.advance(ms(15)); // runs at 5, 10 (panics) and 15 ms
-    /// assert_eq!(runs.load(Ordering::SeqCst), 3);
-    /// assert!(f.cancel());
+    /// clock.advance(Duration::from_millis(20));
+    /// assert_eq!(call.join(), Ok(Err("refused (3)".to_owned())));
     /// ```
-    pub fn schedule_with_dynamic_delay_with<F>(
+    pub fn schedule_with_dynamic_delay<F, R>(
         &self,
         f: F,
         initial: Duration,
-        opts: PeriodicOptions,
-    ) -> Result<ScheduledFuture<()>, ScheduleError>
+    ) -> Result<ScheduledFuture<R::Output>, ScheduleError>
     where
-        F: FnMut() -> Option<Duration> + Send + 'static,
+        F: FnMut() -> R + Send + 'static,
+        R: NextRun,
     {
-        let from = CountFrom::End;
-        self.with_core(|core| schedule::dynamic(core, f, initial, from, opts))
+        self.task().schedule_with_dynamic_delay(f, initial)
     }
 
     /// Runs `f` at `initial`, then again whenever its last run says: `f` returns
-    /// `Some(delay)` for a next run `delay` after this run's **planned start** (its deadline,
-    /// so late dispatch does not drift the schedule), or `None` to end the task, whose
-    /// future then gives `Ok(())`. A run that takes longer than the delay it returns makes
+    /// `Some(delay)` (or `ControlFlow::Continue(delay)`) for a next run `delay` after this
+    /// run's **planned start** (its deadline, so late dispatch does not drift the schedule),
+    /// or `None` (or `ControlFlow::Break(value)`) to end the task, whose future then gives
+    /// `Ok(())` (or `Ok(value)`); see [`NextRun`]. A run that takes longer than the delay it returns makes
     /// the next run due at once, after it returns: runs never overlap. A
     /// [`reset`](crate::ScheduledFuture::reset) re-bases: the delay then counts from the new
     /// deadline.
@@ -461,58 +376,16 @@ impl Handle {
     /// assert_eq!(*starts.lock().unwrap(), [ms(10), ms(20), ms(30)]);
     /// assert_eq!(sampler.join(), Ok(()));
     /// ```
-    pub fn schedule_at_dynamic_rate<F>(
+    pub fn schedule_at_dynamic_rate<F, R>(
         &self,
         f: F,
         initial: Duration,
-    ) -> Result<ScheduledFuture<()>, ScheduleError>
+    ) -> Result<ScheduledFuture<R::Output>, ScheduleError>
     where
-        F: FnMut() -> Option<Duration> + Send + 'static,
+        F: FnMut() -> R + Send + 'static,
+        R: NextRun,
     {
-        self.schedule_at_dynamic_rate_with(f, initial, PeriodicOptions::new())
-    }
-
-    /// [`schedule_at_dynamic_rate`](Self::schedule_at_dynamic_rate) with per-task options.
-    /// Only [`survive_panics`](PeriodicOptions::survive_panics) applies: after a panicking
-    /// run the task goes on with the delay `f` last returned (before any run returned one:
-    /// `initial`), counted from that run's planned start.
-    ///
-    /// # Errors
-    ///
-    /// As [`schedule_at_dynamic_rate`](Self::schedule_at_dynamic_rate).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use wheelpool::{ManualClock, PeriodicOptions, ScheduledThreadPool, TaskError};
-    /// use std::time::Duration;
-    ///
-    /// let ms = Duration::from_millis;
-    /// let clock = ManualClock::new();
-    /// let pool = ScheduledThreadPool::builder()
-    ///     .threads(1)
-    ///     .clock(clock.clone())
-    ///     .panic_handler(|_| {}) // expected
-    ///     .build()
-    ///     .unwrap();
-    /// let opts = PeriodicOptions::new().survive_panics(false); // the default
-    /// let f = pool
-    ///     .schedule_at_dynamic_rate_with(|| -> Option<Duration> { panic!("bad probe") }, ms(1), opts)
-    ///     .unwrap();
-    /// clock.advance(ms(1));
-    /// assert_eq!(f.join(), Err(TaskError::Panicked("bad probe".to_owned())));
-    /// ```
-    pub fn schedule_at_dynamic_rate_with<F>(
-        &self,
-        f: F,
-        initial: Duration,
-        opts: PeriodicOptions,
-    ) -> Result<ScheduledFuture<()>, ScheduleError>
-    where
-        F: FnMut() -> Option<Duration> + Send + 'static,
-    {
-        let from = CountFrom::PlannedStart;
-        self.with_core(|core| schedule::dynamic(core, f, initial, from, opts))
+        self.task().schedule_at_dynamic_rate(f, initial)
     }
 
     /// Runs `f` at each occurrence of `cron` (a cron expression in a time zone, feature
@@ -532,6 +405,8 @@ impl Handle {
     /// - **Daylight saving**: an occurrence in a skipped hour runs at the first instant after
     ///   the gap (or not at all: [`Cron::skipped_time`](crate::cron::Cron::skipped_time)), one
     ///   in a repeated hour runs once (see [`cron`](crate::cron)).
+    /// - Options (a name, the missed-run policy, surviving panics) through
+    ///   [`task`](Self::task), as for every kind of task.
     /// - Cancel, panics (the task stops, like a fixed-rate one), shutdown and
     ///   `shutdown_now` behave as for fixed-rate tasks, and the future is the same kind. A
     ///   [`reset`](crate::ScheduledFuture::reset) runs the next occurrence at the new time,
@@ -583,29 +458,23 @@ impl Handle {
     where
         F: FnMut() + Send + 'static,
     {
-        self.with_core(|core| schedule::calendar(core, f, cron))
+        self.task().schedule_cron(f, cron)
     }
 }
 
 impl Clone for Handle {
     /// A handle that does not keep the pool alive (also when cloning the pool's own).
     fn clone(&self) -> Self {
-        let weak = match &self.core {
-            CoreLink::Owner(core) => Arc::downgrade(core),
-            CoreLink::Weak(weak) => weak.clone(),
-        };
         Handle {
-            core: CoreLink::Weak(weak),
+            core: self.core.downgrade(),
         }
     }
 }
 
 impl fmt::Debug for Handle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let alive = match &self.core {
-            CoreLink::Owner(_) => true,
-            CoreLink::Weak(weak) => weak.strong_count() > 0,
-        };
-        f.debug_struct("Handle").field("alive", &alive).finish()
+        f.debug_struct("Handle")
+            .field("alive", &self.core.is_alive())
+            .finish()
     }
 }

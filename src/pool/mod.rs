@@ -4,8 +4,11 @@
 //! ```text
 //! mod.rs       ScheduledThreadPool, PoolStats: the public face
 //! builder.rs   Builder: checks the settings, makes a Config
-//! handle.rs    Handle: the scheduling methods, written once
-//! future.rs    ScheduledFuture, CancelHandle
+//! handle.rs    Handle: the scheduling methods, without options
+//! task_builder.rs  TaskBuilder: per-task options, then the scheduling methods (written once)
+//! link.rs      CoreLink: how a handle and its task builders reach the core
+//! future.rs    ScheduledFuture, AbortOnDrop
+//! cancel.rs    CancelHandle, and the cancel and reset it shares with the future
 //! schedule.rs  the generic front of scheduling: builds a task, hands it to the core
 //! threads.rs   starts the timer thread and the workers (hooks, start latch, exit bookkeeping)
 //! worker.rs    a worker's loop: take, run, search, sleep, watch the timer
@@ -24,17 +27,20 @@
 //! scheduler, the timer thread or the watcher), then run by a worker (`run::run_task`).
 
 mod builder;
+mod cancel;
 mod config;
 mod core;
 mod counters;
 mod future;
 mod handle;
 mod lifecycle;
+mod link;
 mod queues;
 mod run;
 mod schedule;
 mod shutdown;
 mod sleep;
+mod task_builder;
 mod threads;
 mod worker;
 
@@ -44,9 +50,11 @@ pub(crate) use self::core::CoreRef;
 #[cfg(feature = "postgres")]
 pub(crate) use crate::panic::panic_message;
 pub use builder::Builder;
+pub use cancel::CancelHandle;
 pub use counters::PoolStats;
-pub use future::{CancelHandle, ScheduledFuture};
+pub use future::{AbortOnDrop, ScheduledFuture};
 pub use handle::Handle;
+pub use task_builder::TaskBuilder;
 
 use crate::sync::Arc;
 use crate::task::PendingTask;
@@ -76,7 +84,7 @@ use std::time::{Duration, Instant};
 /// [`schedule_with_fixed_delay`](Handle::schedule_with_fixed_delay),
 /// [`schedule_with_dynamic_delay`](Handle::schedule_with_dynamic_delay) and
 /// [`schedule_at_dynamic_rate`](Handle::schedule_at_dynamic_rate): the pool dereferences to its
-/// own [`Handle`], where these are written once.
+/// own [`Handle`], where these are (per-task options through [`Handle::task`]).
 ///
 /// Dropping the pool does [`shutdown_now`](Self::shutdown_now) (tasks that had not started are
 /// cancelled and dropped) and then joins every pool thread. For a graceful end, call

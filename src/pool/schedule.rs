@@ -1,7 +1,7 @@
 //! The generic front of scheduling: build the task cell, then hand it to the one non-generic
 //! `Core::schedule`. One generic function per kind of closure (one-shot, periodic, dynamic):
 //! their signatures look alike because each states its own closure bound, while what they build
-//! differs; the shared tail is `schedule_job`, written once. The public methods that call these live on `Handle` (`handle.rs`).
+//! differs; the shared tail is `schedule_job`, written once. The public methods that call these live on `TaskBuilder` (`task_builder.rs`); `Handle`'s are those with no options.
 
 use super::core::Core;
 use super::future::ScheduledFuture;
@@ -9,7 +9,7 @@ use crate::error::ScheduleError;
 use crate::sync::Arc;
 use crate::task::dynamic::{CountFrom, Dynamic};
 use crate::task::periodic::{Periodic, Plan};
-use crate::task::{Job, OneShot, PeriodicOptions, TaskCell, TaskRef};
+use crate::task::{Job, Name, NextRun, OneShot, Options, TaskCell, TaskRef};
 use crate::timer::duration_nanos;
 use std::time::{Duration, Instant};
 
@@ -49,20 +49,23 @@ pub(crate) fn one_shot<F, T>(
     core: &Arc<Core>,
     f: F,
     when: When,
+    opts: Options,
 ) -> Result<ScheduledFuture<T>, ScheduleError>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    schedule_job(core, OneShot::new(f), when)
+    schedule_job(core, OneShot::new(f), when, opts.name)
 }
 
 /// Builds the task cell for `job`, hands it to the non-generic `Core::schedule`, and wraps the
 /// cell in the caller's future: the one tail every scheduling method shares.
+/// `name`: what the task is called (`PendingTask`, `Debug`, the panic handler).
 pub(crate) fn schedule_job<J: Job>(
     core: &Arc<Core>,
     job: J,
     when: When,
+    name: Option<Name>,
 ) -> Result<ScheduledFuture<J::Output>, ScheduleError> {
     let shard = if J::PERIODIC {
         core.timer.spread_shard()
@@ -70,18 +73,19 @@ pub(crate) fn schedule_job<J: Job>(
         core.timer.home_shard()
     };
     let owner = core.core_ref(shard).ok_or(ScheduleError::Shutdown)?;
-    let cell = Arc::new(TaskCell::new(job, when.deadline, shard));
+    let cell = Arc::new(TaskCell::new(job, when.deadline, shard).named(name));
     let raw: TaskRef = cell.clone();
     core.schedule(&raw, when.now)?;
     Ok(ScheduledFuture::new(cell, owner))
 }
 
-pub(crate) fn execute<F>(core: &Arc<Core>, f: F) -> Result<(), ScheduleError>
+pub(crate) fn execute<F>(core: &Arc<Core>, f: F, opts: Options) -> Result<(), ScheduleError>
 where
     F: FnOnce() + Send + 'static,
 {
     // Due now: it never enters a wheel, so any shard will do.
-    let raw: TaskRef = Arc::new(TaskCell::new(OneShot::new(f), NOW.deadline, 0));
+    let cell = TaskCell::new(OneShot::new(f), NOW.deadline, 0).named(opts.name);
+    let raw: TaskRef = Arc::new(cell);
     core.schedule(&raw, NOW.now)
 }
 
@@ -97,7 +101,7 @@ pub(crate) fn periodic<F>(
     f: F,
     initial: Duration,
     every: Every,
-    opts: PeriodicOptions,
+    opts: Options,
 ) -> Result<ScheduledFuture<()>, ScheduleError>
 where
     F: FnMut() + Send + 'static,
@@ -107,25 +111,27 @@ where
         Every::Rate(period) if !period.is_zero() => Plan::Rate {
             period: duration_nanos(period),
             planned: first.deadline,
-            missed: opts.missed_ticks_policy().unwrap_or(core.missed_ticks),
+            missed: opts.missed.unwrap_or(core.missed_ticks),
         },
         Every::Delay(delay) if !delay.is_zero() => Plan::Delay {
             delay: duration_nanos(delay),
         },
         _ => return Err(ScheduleError::ZeroPeriod),
     };
-    schedule_job(core, Periodic::new(f, plan, opts.survives_panics()), first)
+    let job = Periodic::new(f, plan, opts.survive_panics);
+    schedule_job(core, job, first, opts.name)
 }
 
-pub(crate) fn dynamic<F>(
+pub(crate) fn dynamic<F, R>(
     core: &Arc<Core>,
     f: F,
     initial: Duration,
     from: CountFrom,
-    opts: PeriodicOptions,
-) -> Result<ScheduledFuture<()>, ScheduleError>
+    opts: Options,
+) -> Result<ScheduledFuture<R::Output>, ScheduleError>
 where
-    F: FnMut() -> Option<Duration> + Send + 'static,
+    F: FnMut() -> R + Send + 'static,
+    R: NextRun,
 {
     let first = after(core, initial);
     let job = Dynamic::new(
@@ -133,29 +139,31 @@ where
         from,
         first.deadline,
         duration_nanos(initial),
-        opts.survives_panics(),
+        opts.survive_panics,
     );
-    schedule_job(core, job, first)
+    schedule_job(core, job, first, opts.name)
 }
 
 /// A calendar task (feature `cron`): its first wake-up is planned from the wall clock, under
-/// the pool's missed-run policy (see `task/calendar.rs`).
+/// the task's missed-run policy, else the pool's (see `task/calendar.rs`).
 #[cfg(feature = "cron")]
 pub(crate) fn calendar<F>(
     core: &Arc<Core>,
     f: F,
     cron: &crate::cron::Cron,
+    opts: Options,
 ) -> Result<ScheduledFuture<()>, ScheduleError>
 where
     F: FnMut() + Send + 'static,
 {
     use crate::task::calendar::Calendar;
     let clock = core.timer.time.clock.clone();
-    let job = Calendar::new(f, cron.clone(), clock, core.missed_ticks, false);
+    let missed = opts.missed.unwrap_or(core.missed_ticks);
+    let job = Calendar::new(f, cron.clone(), clock, missed, opts.survive_panics);
     let now = core.timer.time.now_nanos();
     let first = When {
         deadline: job.first_deadline(now),
         now,
     };
-    schedule_job(core, job, first)
+    schedule_job(core, job, first, opts.name)
 }

@@ -26,7 +26,7 @@
 //! - An expression with no occurrence left ends the task; its future gives `Ok(())`.
 
 use super::periodic::MissedTicks;
-use super::{Job, PendingTask};
+use super::{Job, TaskKind};
 use crate::cron::Cron;
 use std::time::{Duration, SystemTime};
 
@@ -127,13 +127,14 @@ where
 {
     type Output = ();
 
-    fn call(&mut self) {
+    fn call(&mut self) -> Option<()> {
         let due = self.target.is_some_and(|t| self.wall.wall_now() >= t);
         self.ran = self.target.is_some() && (due || self.forced);
         self.forced = false;
         if self.ran {
             (self.f)()
         }
+        None // the calendar decides in `plan_next` whether another occurrence comes
     }
 
     fn counts_as_run(&self) -> bool {
@@ -166,10 +167,18 @@ where
         self.forced = true;
     }
 
+    fn value_at_end(&mut self) -> Option<()> {
+        Some(()) // no occurrence left: the future gives Ok(())
+    }
+
     const PERIODIC: bool = true;
 
-    fn into_pending(self) -> PendingTask {
-        PendingTask::new(true, Box::new(self.f))
+    fn kind(&self) -> TaskKind {
+        TaskKind::Cron
+    }
+
+    fn into_run(self) -> Box<dyn FnOnce() + Send> {
+        Box::new(self.f)
     }
 }
 

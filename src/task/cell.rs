@@ -1,7 +1,10 @@
 //! `TaskCell<J>`: the one allocation behind a task and its future.
 
 use super::state::{End, Snapshot};
-use super::{Cancelled, Header, Job, RawTask, RunEnv, RunOutcome, Stop, Stopped, TaskResult};
+use super::{
+    Cancelled, Header, Job, Name, PendingTask, RawTask, RunEnv, RunOutcome, Stop, Stopped,
+    TaskResult,
+};
 use crate::error::TaskError;
 use crate::panic::{broken_invariant, call_user, drop_user};
 use crate::sync::Mutex;
@@ -47,12 +50,18 @@ impl<J: Job> TaskCell<J> {
     /// timer shard `shard` while it waits.
     pub(crate) fn new(job: J, deadline: u64, shard: u16) -> Self {
         TaskCell {
-            header: Header::new(deadline, J::PERIODIC, shard),
+            header: Header::new(deadline, job.kind(), shard),
             body: Mutex::new(Body {
                 stage: Stage::Waiting(job),
                 waker: None,
             }),
         }
+    }
+
+    /// The same task, called `name` (shown in `PendingTask`, `Debug`, to the panic handler).
+    pub(crate) fn named(mut self, name: Option<Name>) -> Self {
+        self.header.set_name(name);
+        self
     }
 
     /// Stores the final result, then wakes the future. The caller has already moved the state to
@@ -149,29 +158,37 @@ impl<J: Job> RawTask for TaskCell<J> {
         }
         let mut job = self.take_job();
         env.claim_decided(); // the last thing before user code: the run starts now
-        let result = catch_unwind(AssertUnwindSafe(|| job.call())).map_err(|p| env.report_panic(p));
-        let go_on = match &result {
-            Ok(_) => true,
-            Err(_) => job.survives_panic(),
-        };
+        let result = catch_unwind(AssertUnwindSafe(|| job.call()))
+            .map_err(|p| env.report_panic(&self.header, p));
         // A run that returned normally counts as completed; a calendar job's look at the
         // clock does not.
         let ran_ok = result.is_ok() && job.counts_as_run();
-        if J::PERIODIC && go_on && !job.ended() {
-            if env.stopping() {
-                return self.finish_run(env, job, End::Shutdown, Err(TaskError::Shutdown), ran_ok);
+        let panic = match result {
+            // A one-shot's value, or a dynamic job that ended itself: the task is done.
+            Ok(Some(value)) => return self.finish_run(env, job, End::Completed, Ok(value), ran_ok),
+            Ok(None) => None,
+            Err(msg) if !(J::PERIODIC && job.survives_panic()) => {
+                let err = Err(TaskError::Panicked(msg));
+                return self.finish_run(env, job, End::Panicked, err, false);
             }
-            let now = env.now_nanos();
-            if let Some(next) = job.plan_next(now) {
-                return self.rearm(env, job, next, ran_ok, now);
-            }
+            Err(msg) => Some(msg),
+        };
+        // A periodic job goes on.
+        if env.stopping() {
+            return self.finish_run(env, job, End::Shutdown, Err(TaskError::Shutdown), ran_ok);
         }
-        match result {
-            Ok(value) => self.finish_run(env, job, End::Completed, Ok(value), ran_ok),
-            Err(msg) => {
+        let now = env.now_nanos();
+        if let Some(next) = job.plan_next(now) {
+            return self.rearm(env, job, next, ran_ok, now);
+        }
+        // No run left (a calendar with no occurrence left).
+        match (panic, job.value_at_end()) {
+            (Some(msg), _) => {
                 let err = Err(TaskError::Panicked(msg));
                 self.finish_run(env, job, End::Panicked, err, false)
             }
+            (None, Some(value)) => self.finish_run(env, job, End::Completed, Ok(value), ran_ok),
+            (None, None) => broken_invariant("a periodic job planned no run and has no value"),
         }
     }
 
@@ -207,7 +224,11 @@ impl<J: Job> RawTask for TaskCell<J> {
         }
         let (job, waker) = self.finish_waiting(Err(err));
         let stopped = match why {
-            Stop::ShutdownNow => Stopped::HandedBack(job.into_pending()),
+            Stop::ShutdownNow => Stopped::HandedBack(PendingTask::new(
+                self.header.info(),
+                self.header.deadline(),
+                job.into_run(),
+            )),
             Stop::Shutdown => {
                 drop_user(job);
                 Stopped::Ended
@@ -280,18 +301,15 @@ fn wake(waker: Option<Waker>) {
     }
 }
 
-/// Takes a finished result out of the body.
-///
-/// # Panics
-///
-/// If the result was already taken: a future is polled again after it returned `Ready`.
+/// Takes a finished result out of the body; `Err(Taken)` if it was already taken (a future
+/// polled again after it returned `Ready`, a `join_timeout` after one that returned `Some`).
 fn take_done<J: Job>(body: &mut Body<J>) -> Option<Result<J::Output, TaskError>> {
     match body.stage {
         Stage::Done(_) => match std::mem::replace(&mut body.stage, Stage::Taken) {
             Stage::Done(result) => Some(result),
             _ => unreachable!(),
         },
-        Stage::Taken => panic!("ScheduledFuture polled after it returned its result"),
+        Stage::Taken => Some(Err(TaskError::Taken)),
         _ => None,
     }
 }
@@ -305,8 +323,11 @@ mod size_tests {
     /// from growing unnoticed (W1 measures memory per pending timer).
     #[test]
     fn a_capture_less_task_cell_stays_small() {
-        assert_eq!(std::mem::size_of::<Header>(), 24);
-        assert!(std::mem::size_of::<TaskCell<OneShot<fn()>>>() <= 72);
+        // 24 bytes of state, deadline and wheel key, plus the task's id and its (thin) name
+        // pointer: 16 bytes a task for `PendingTask`, `Debug` and the panic handler to say
+        // which task it is. The kind took the place of the `periodic` flag.
+        assert_eq!(std::mem::size_of::<Header>(), 40);
+        assert!(std::mem::size_of::<TaskCell<OneShot<fn()>>>() <= 88);
         // Each pending task also holds one wheel entry (a fat `Arc<dyn RawTask>` plus links).
         assert_eq!(crate::wheel::Wheel::<crate::task::TaskRef>::ENTRY_SIZE, 40);
     }

@@ -16,8 +16,77 @@
 //! - A run that panics returns no delay. With `survive_panics` the task goes on with the delay
 //!   the closure last returned (before any run returned one: the initial delay).
 
-use super::{Job, PendingTask};
+use super::{Job, TaskKind};
+use std::marker::PhantomData;
+use std::ops::ControlFlow;
 use std::time::Duration;
+
+/// What a run of a dynamic task returns: when the next run comes, or that there is none. Two
+/// return types, for the same scheduling methods
+/// ([`schedule_with_dynamic_delay`](crate::Handle::schedule_with_dynamic_delay),
+/// [`schedule_at_dynamic_rate`](crate::Handle::schedule_at_dynamic_rate)):
+///
+/// - `Option<Duration>`: `Some(d)` runs again after `d`, `None` ends the task; its future gives
+///   `Ok(())`.
+/// - [`ControlFlow<T, Duration>`]: `Continue(d)` runs again after `d`, `Break(v)` ends the task
+///   with `v`; its future gives `Ok(v)`. A loop that returns: a retry giving back its reply, or
+///   its last error.
+///
+/// Sealed: these two are the only implementations.
+///
+/// # Examples
+///
+/// ```
+/// use wheelpool::ScheduledThreadPool;
+/// use std::ops::ControlFlow;
+/// use std::time::Duration;
+///
+/// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+/// let mut tries = 0;
+/// let f = pool
+///     .schedule_with_dynamic_delay(
+///         move || {
+///             tries += 1;
+///             if tries < 3 { ControlFlow::Continue(Duration::from_millis(1)) } else { ControlFlow::Break(tries) }
+///         },
+///         Duration::ZERO,
+///     )
+///     .unwrap();
+/// assert_eq!(f.join(), Ok(3));
+/// ```
+pub trait NextRun: sealed::Sealed + Send + 'static {
+    /// What the task's future gives when a run ends the task.
+    type Output: Send + 'static;
+
+    /// This run's answer as "again after this delay" or "done with this value".
+    #[doc(hidden)]
+    fn into_flow(self) -> ControlFlow<Self::Output, Duration>;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for Option<std::time::Duration> {}
+    impl<T> Sealed for std::ops::ControlFlow<T, std::time::Duration> {}
+}
+
+impl NextRun for Option<Duration> {
+    type Output = ();
+
+    fn into_flow(self) -> ControlFlow<(), Duration> {
+        match self {
+            Some(delay) => ControlFlow::Continue(delay),
+            None => ControlFlow::Break(()),
+        }
+    }
+}
+
+impl<T: Send + 'static> NextRun for ControlFlow<T, Duration> {
+    type Output = T;
+
+    fn into_flow(self) -> ControlFlow<T, Duration> {
+        self
+    }
+}
 
 /// Which instant a returned delay counts from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,19 +98,21 @@ pub(crate) enum CountFrom {
 }
 
 /// A closure that plans its own next run.
-pub(crate) struct Dynamic<F> {
+pub(crate) struct Dynamic<F, R> {
     f: F,
     from: CountFrom,
-    /// The delay the closure last returned, in nanoseconds; `None` once it returned `None`.
-    next: Option<u64>,
+    /// The delay the closure last returned, in nanoseconds (before any run: the initial delay).
+    next: u64,
     /// The deadline of the run now due or running (used by `CountFrom::PlannedStart`).
     planned: u64,
     survive_panics: bool,
+    returns: PhantomData<fn() -> R>,
 }
 
-impl<F> Dynamic<F>
+impl<F, R> Dynamic<F, R>
 where
-    F: FnMut() -> Option<Duration> + Send + 'static,
+    F: FnMut() -> R + Send + 'static,
+    R: NextRun,
 {
     /// A job whose first run is planned at `first`, `initial` nanoseconds after scheduling.
     pub(crate) fn new(
@@ -54,9 +125,10 @@ where
         Dynamic {
             f,
             from,
-            next: Some(initial),
+            next: initial,
             planned: first,
             survive_panics,
+            returns: PhantomData,
         }
     }
 }
@@ -66,22 +138,28 @@ fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
-impl<F> Job for Dynamic<F>
+impl<F, R> Job for Dynamic<F, R>
 where
-    F: FnMut() -> Option<Duration> + Send + 'static,
+    F: FnMut() -> R + Send + 'static,
+    R: NextRun,
 {
-    type Output = ();
+    type Output = R::Output;
 
-    fn call(&mut self) {
+    fn call(&mut self) -> Option<R::Output> {
         // A panic leaves `next` as it was: the delay of the previous run (module docs).
-        self.next = (self.f)().map(nanos);
+        match (self.f)().into_flow() {
+            ControlFlow::Continue(delay) => {
+                self.next = nanos(delay);
+                None
+            }
+            ControlFlow::Break(value) => Some(value),
+        }
     }
 
     fn plan_next(&mut self, now: u64) -> Option<u64> {
-        let delay = self.next?;
         let next = match self.from {
-            CountFrom::End => now.saturating_add(delay),
-            CountFrom::PlannedStart => self.planned.saturating_add(delay),
+            CountFrom::End => now.saturating_add(self.next),
+            CountFrom::PlannedStart => self.planned.saturating_add(self.next),
         };
         self.planned = next;
         Some(next)
@@ -91,24 +169,22 @@ where
         self.survive_panics
     }
 
-    fn ended(&self) -> bool {
-        self.next.is_none()
-    }
-
     fn rebase(&mut self, deadline: u64) {
         self.planned = deadline;
     }
 
     const PERIODIC: bool = true;
 
-    fn into_pending(self) -> PendingTask {
+    fn kind(&self) -> TaskKind {
+        match self.from {
+            CountFrom::End => TaskKind::DynamicDelay,
+            CountFrom::PlannedStart => TaskKind::DynamicRate,
+        }
+    }
+
+    fn into_run(self) -> Box<dyn FnOnce() + Send> {
         let mut f = self.f;
-        PendingTask::new(
-            true,
-            Box::new(move || {
-                let _ = f();
-            }),
-        )
+        Box::new(move || drop(f()))
     }
 }
 
@@ -122,7 +198,7 @@ mod tests {
         from: CountFrom,
         first: u64,
         delays: &[Option<u64>],
-    ) -> Dynamic<impl FnMut() -> Option<Duration> + Send> {
+    ) -> Dynamic<impl FnMut() -> Option<Duration> + Send, Option<Duration>> {
         let mut left: VecDeque<Option<u64>> = delays.iter().copied().collect();
         let f = move || left.pop_front().flatten().map(Duration::from_nanos);
         Dynamic::new(f, from, first, first, false)
@@ -131,7 +207,7 @@ mod tests {
     #[test]
     fn a_dynamic_delay_counts_from_the_end_of_the_run() {
         let mut j = job(CountFrom::End, 10, &[Some(5), Some(7)]);
-        j.call();
+        assert_eq!(j.call(), None);
         assert_eq!(j.plan_next(13), Some(18));
         j.call();
         assert_eq!(j.plan_next(20), Some(27));
@@ -160,12 +236,22 @@ mod tests {
     #[test]
     fn none_ends_the_job() {
         let mut j = job(CountFrom::End, 0, &[Some(1), None]);
-        j.call();
-        assert!(!j.ended());
+        assert_eq!(j.call(), None, "again");
         assert_eq!(j.plan_next(0), Some(1));
-        j.call();
-        assert!(j.ended());
-        assert_eq!(j.plan_next(1), None);
+        assert_eq!(j.call(), Some(()), "done");
+    }
+
+    #[test]
+    fn break_ends_the_job_with_its_value() {
+        let mut left = vec![
+            ControlFlow::Break("done"),
+            ControlFlow::Continue(Duration::from_nanos(3)),
+        ];
+        let f = move || left.pop().unwrap();
+        let mut j = Dynamic::new(f, CountFrom::End, 0, 0, false);
+        assert_eq!(j.call(), None);
+        assert_eq!(j.plan_next(10), Some(13));
+        assert_eq!(j.call(), Some("done"));
     }
 
     #[test]

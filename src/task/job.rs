@@ -1,27 +1,30 @@
 //! What a task runs: a one-shot closure or a periodic one (see `periodic.rs`).
 
-use super::PendingTask;
+use super::TaskKind;
 
 /// The closure inside a task, with what the task needs to know about re-running it.
 pub(crate) trait Job: Send + 'static {
     /// What one run produces for the future.
     type Output: Send + 'static;
 
-    /// Runs once. A one-shot job is not called again after this.
-    fn call(&mut self) -> Self::Output;
+    /// Runs once. `Some`: the task's value, it ends (a one-shot; a dynamic job that said so).
+    /// `None`: a periodic job wants another run. A one-shot job is not called again after this.
+    fn call(&mut self) -> Option<Self::Output>;
 
     /// For a periodic job: plans the next run after one that finished at `now` (nanoseconds since
-    /// the pool's origin) and returns its deadline. `None` for one-shot jobs.
+    /// the pool's origin) and returns its deadline. `None` for one-shot jobs, and for a periodic
+    /// job with no run left (a calendar with no occurrence left): the task then ends with
+    /// [`value_at_end`](Self::value_at_end).
     fn plan_next(&mut self, now: u64) -> Option<u64>;
+
+    /// The task's value when [`plan_next`](Self::plan_next) found no run left; `None` for jobs
+    /// that always plan one (a one-shot is never asked).
+    fn value_at_end(&mut self) -> Option<Self::Output> {
+        None
+    }
 
     /// True if a panicking run should not stop the task (periodic opt-in).
     fn survives_panic(&self) -> bool {
-        false
-    }
-
-    /// True once the job has said it wants no further run (a dynamic job's closure returned
-    /// `None`): the task then completes with its run's value instead of re-arming.
-    fn ended(&self) -> bool {
         false
     }
 
@@ -36,12 +39,15 @@ pub(crate) trait Job: Send + 'static {
     /// of a run (fixed rate, dynamic rate) count from here now. Others ignore it.
     fn rebase(&mut self, _deadline: u64) {}
 
-    /// True for periodic jobs: a type-level fact, copied once into the task's header (which is
-    /// where everything else asks).
+    /// True for periodic jobs: a type-level fact (its shard is chosen by it); the header keeps
+    /// the task's [`kind`](Self::kind), which is where everything else asks.
     const PERIODIC: bool;
 
-    /// Turns the job into a closure `shutdown_now` hands back (runs it once).
-    fn into_pending(self) -> PendingTask;
+    /// Which kind of task this job makes (copied once into the task's header).
+    fn kind(&self) -> TaskKind;
+
+    /// Turns the job into the closure `shutdown_now` hands back (runs it once).
+    fn into_run(self) -> Box<dyn FnOnce() + Send>;
 }
 
 /// A closure that runs once and yields a value.
@@ -60,9 +66,9 @@ where
 {
     type Output = T;
 
-    fn call(&mut self) -> T {
+    fn call(&mut self) -> Option<T> {
         match self.0.take() {
-            Some(f) => f(),
+            Some(f) => Some(f()),
             None => crate::panic::broken_invariant("a one-shot job ran twice"),
         }
     }
@@ -73,9 +79,13 @@ where
 
     const PERIODIC: bool = false;
 
-    fn into_pending(self) -> PendingTask {
+    fn kind(&self) -> TaskKind {
+        TaskKind::OneShot
+    }
+
+    fn into_run(self) -> Box<dyn FnOnce() + Send> {
         match self.0 {
-            Some(f) => PendingTask::new(false, Box::new(move || drop(f()))),
+            Some(f) => Box::new(move || drop(f())),
             None => crate::panic::broken_invariant("a run one-shot job was handed back"),
         }
     }

@@ -10,13 +10,20 @@
 pub(crate) mod calendar;
 mod cell;
 pub(crate) mod dynamic;
+mod info;
 mod job;
+mod options;
 mod pending;
 pub(crate) mod periodic;
 pub(crate) mod state;
 
+pub use dynamic::NextRun;
+pub use info::{TaskInfo, TaskKind};
 pub use pending::PendingTask;
-pub use periodic::{MissedTicks, PeriodicOptions};
+pub use periodic::MissedTicks;
+
+pub(crate) use info::Name;
+pub(crate) use options::Options;
 
 pub(crate) use cell::TaskCell;
 pub(crate) use job::{Job, OneShot};
@@ -36,8 +43,8 @@ pub(crate) trait RunEnv {
     fn now_nanos(&self) -> u64;
     /// True once the pool is shutting down: periodic tasks stop instead of re-arming.
     fn stopping(&self) -> bool;
-    /// Hands a panic payload to the pool's panic handler; returns its message.
-    fn report_panic(&self, payload: Box<dyn Any + Send>) -> String;
+    /// Hands a panic payload of `task`'s run to the pool's panic handler; returns its message.
+    fn report_panic(&self, task: &Header, payload: Box<dyn Any + Send>) -> String;
     /// The run that just returned was the task's last: it ends in terminal state `end`;
     /// `ran_ok` says that run returned normally. Called before the future completes, so the
     /// pool's counters already agree when `join` returns.
@@ -96,11 +103,10 @@ pub(crate) enum Stopped {
 }
 
 /// The fields every task has, whatever its closure and output types.
-#[derive(Debug)]
 pub(crate) struct Header {
     pub(crate) state: state::State,
-    /// Periodic (fixed rate, fixed delay, dynamic) rather than one-shot (never changes).
-    periodic: bool,
+    /// How its runs are planned (never changes).
+    kind: TaskKind,
     /// The timer shard whose wheel takes this task (never changes).
     shard: u16,
     /// Planned start of the next run, in nanoseconds since the pool's origin; `u64::MAX`: never.
@@ -108,20 +114,35 @@ pub(crate) struct Header {
     /// The wheel entry's key while the task sits in its shard's wheel. Read and written only
     /// under that shard's lock, so `Relaxed` is enough.
     wheel_key: AtomicU64,
+    /// Unique in the process (never changes).
+    id: u64,
+    /// The name given at schedule time, if any (never changes).
+    name: Option<Name>,
 }
 
 /// `wheel_key` when the task is not in the wheel.
 pub(crate) const NO_KEY: u64 = u64::MAX;
 
 impl Header {
-    pub(crate) fn new(deadline: u64, periodic: bool, shard: u16) -> Self {
+    pub(crate) fn new(deadline: u64, kind: TaskKind, shard: u16) -> Self {
         Header {
             state: state::State::new(),
-            periodic,
+            kind,
             shard,
             deadline: AtomicU64::new(deadline),
             wheel_key: AtomicU64::new(NO_KEY),
+            id: info::next_id(),
+            name: None,
         }
+    }
+
+    pub(crate) fn set_name(&mut self, name: Option<Name>) {
+        self.name = name;
+    }
+
+    /// Who the task is: id, name, kind.
+    pub(crate) fn info(&self) -> TaskInfo {
+        TaskInfo::new(self.id, self.name.clone(), self.kind)
     }
 
     /// Planned start of the next run (nanoseconds since the pool's origin).
@@ -136,7 +157,7 @@ impl Header {
 
     /// True for periodic tasks: fixed rate, fixed delay, dynamic delay or rate.
     pub(crate) fn is_periodic(&self) -> bool {
-        self.periodic
+        self.kind.is_periodic()
     }
 
     /// The timer shard whose wheel takes this task.
@@ -177,10 +198,21 @@ pub(crate) trait TaskResult<T>: RawTask {
     fn wait(&self, deadline: Option<Instant>) -> Option<Result<T, TaskError>>;
 }
 
-impl std::fmt::Debug for dyn RawTask {
+/// Who the task is and its state by name; no raw nanoseconds (the deadline is on the pool's
+/// clock, which the header does not know).
+impl std::fmt::Debug for Header {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Task")
-            .field("header", self.header())
-            .finish_non_exhaustive()
+            .field("id", &self.id)
+            .field("name", &self.name.as_deref().map(String::as_str))
+            .field("kind", &self.kind)
+            .field("state", &self.state.load())
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for dyn RawTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.header().fmt(f)
     }
 }

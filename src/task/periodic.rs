@@ -2,7 +2,7 @@
 //!
 //! All times are nanoseconds since the pool's origin, saturating at `u64::MAX` ("never").
 
-use super::{Job, PendingTask};
+use super::{Job, TaskKind};
 
 /// What a fixed-rate task does about planned runs it missed because a run overran or the
 /// machine stalled.
@@ -20,12 +20,18 @@ use super::{Job, PendingTask};
 ///
 /// # Examples
 ///
-/// ```
-/// use wheelpool::{MissedTicks, PeriodicOptions};
+/// Set for the whole pool with [`Builder::missed_ticks`](crate::Builder::missed_ticks), for
+/// one task with [`TaskBuilder::missed_ticks`](crate::TaskBuilder::missed_ticks):
 ///
-/// let opts = PeriodicOptions::new().missed_ticks(MissedTicks::Skip);
-/// assert_eq!(opts.missed_ticks_policy(), Some(MissedTicks::Skip));
+/// ```
+/// use wheelpool::{MissedTicks, ScheduledThreadPool};
+/// use std::time::Duration;
+///
 /// assert_eq!(MissedTicks::default(), MissedTicks::Burst);
+/// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+/// let second = Duration::from_secs(1);
+/// let f = pool.task().missed_ticks(MissedTicks::Skip).schedule_at_fixed_rate(|| (), second, second).unwrap();
+/// assert!(f.cancel());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
@@ -37,158 +43,6 @@ pub enum MissedTicks {
     Skip,
     /// Re-base the grid: the next run is one period after now.
     Delay,
-}
-
-/// Per-task options for periodic tasks, passed to
-/// [`schedule_at_fixed_rate_with`](crate::Handle::schedule_at_fixed_rate_with) and
-/// [`schedule_with_fixed_delay_with`](crate::Handle::schedule_with_fixed_delay_with).
-///
-/// # Examples
-///
-/// ```
-/// use wheelpool::PeriodicOptions;
-///
-/// let opts = PeriodicOptions::new().survive_panics(true);
-/// assert!(opts.survives_panics());
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[must_use]
-pub struct PeriodicOptions {
-    missed: Option<MissedTicks>,
-    survive_panics: bool,
-}
-
-impl PeriodicOptions {
-    /// The defaults: the pool's `MissedTicks` policy, and a panicking run stops the task.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use wheelpool::PeriodicOptions;
-    ///
-    /// let opts = PeriodicOptions::new();
-    /// assert_eq!(opts.missed_ticks_policy(), None); // the pool's policy applies
-    /// assert!(!opts.survives_panics());
-    /// assert_eq!(opts, PeriodicOptions::default());
-    /// ```
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// The missed-run policy for this task (fixed rate only; fixed delay never misses). It
-    /// overrides the pool's [`Builder::missed_ticks`](crate::Builder::missed_ticks).
-    ///
-    /// # Examples
-    ///
-    /// The pool replays missed runs (`Burst`, the default), this task skips them. Period 10 ms,
-    /// first run at 10 ms; that run overruns to 45 ms (it moves the clock itself), so the 20,
-    /// 30 and 40 ms slots are missed and the next run is at 50 ms:
-    ///
-    /// ```
-    /// use wheelpool::{ManualClock, MissedTicks, PeriodicOptions, ScheduledThreadPool};
-    /// use std::sync::atomic::{AtomicUsize, Ordering};
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    ///
-    /// let ms = Duration::from_millis;
-    /// let clock = ManualClock::new();
-    /// let pool = ScheduledThreadPool::builder().threads(1).clock(clock.clone()).build().unwrap();
-    /// let runs = Arc::new(AtomicUsize::new(0));
-    /// let (r, c) = (runs.clone(), clock.clone());
-    /// let task = move || {
-    ///     if r.fetch_add(1, Ordering::SeqCst) == 0 {
-    ///         c.advance(ms(35)); // the first run "takes" 35 ms
-    ///     }
-    /// };
-    /// let opts = PeriodicOptions::new().missed_ticks(MissedTicks::Skip);
-    /// let beat = pool.schedule_at_fixed_rate_with(task, ms(10), ms(10), opts).unwrap();
-    /// clock.advance(ms(10)); // to 45 ms, through the overrun
-    /// assert_eq!(runs.load(Ordering::SeqCst), 1, "Burst would have run 20, 30 and 40 ms too");
-    /// clock.advance(ms(5));
-    /// assert_eq!(runs.load(Ordering::SeqCst), 2); // the 50 ms slot
-    /// assert!(beat.cancel());
-    /// ```
-    pub fn missed_ticks(mut self, policy: MissedTicks) -> Self {
-        self.missed = Some(policy);
-        self
-    }
-
-    /// Keep running after a run panics (each panic still goes to the pool's panic handler).
-    /// Heartbeat loops usually want this; the default (`false`) stops the task, like Java.
-    ///
-    /// # Examples
-    ///
-    /// A heartbeat whose every other run panics keeps beating; without the option the first
-    /// panic ends it:
-    ///
-    /// ```
-    /// use wheelpool::{ManualClock, PeriodicOptions, ScheduledThreadPool, TaskError};
-    /// use std::sync::atomic::{AtomicUsize, Ordering};
-    /// use std::sync::Arc;
-    /// use std::time::Duration;
-    ///
-    /// let ms = Duration::from_millis;
-    /// let clock = ManualClock::new();
-    /// let pool = ScheduledThreadPool::builder()
-    ///     .threads(1)
-    ///     .clock(clock.clone())
-    ///     .panic_handler(|_| {}) // panics are expected here
-    ///     .build()
-    ///     .unwrap();
-    /// let flaky = |runs: Arc<AtomicUsize>| {
-    ///     move || {
-    ///         if runs.fetch_add(1, Ordering::SeqCst) % 2 == 0 {
-    ///             panic!("flaky beat");
-    ///         }
-    ///     }
-    /// };
-    /// let (tough, fragile) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-    /// let opts = PeriodicOptions::new().survive_panics(true);
-    /// let t = pool.schedule_at_fixed_rate_with(flaky(tough.clone()), ms(10), ms(10), opts).unwrap();
-    /// let f = pool.schedule_at_fixed_rate(flaky(fragile.clone()), ms(10), ms(10)).unwrap();
-    ///
-    /// clock.advance(ms(40));
-    /// assert_eq!(tough.load(Ordering::SeqCst), 4); // 10, 20, 30, 40 ms, two of them panicked
-    /// assert!(!t.is_done());
-    /// assert_eq!(fragile.load(Ordering::SeqCst), 1);
-    /// assert_eq!(f.join(), Err(TaskError::Panicked("flaky beat".to_owned())));
-    /// assert!(t.cancel());
-    /// ```
-    pub fn survive_panics(mut self, yes: bool) -> Self {
-        self.survive_panics = yes;
-        self
-    }
-
-    /// The policy set with [`missed_ticks`](Self::missed_ticks), if any; `None` means the
-    /// pool's policy applies.
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use wheelpool::{MissedTicks, PeriodicOptions};
-    ///
-    /// assert_eq!(PeriodicOptions::new().missed_ticks_policy(), None);
-    /// let opts = PeriodicOptions::new().missed_ticks(MissedTicks::Delay);
-    /// assert_eq!(opts.missed_ticks_policy(), Some(MissedTicks::Delay));
-    /// ```
-    pub fn missed_ticks_policy(&self) -> Option<MissedTicks> {
-        self.missed
-    }
-
-    /// True if set with [`survive_panics`](Self::survive_panics).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use wheelpool::PeriodicOptions;
-    ///
-    /// assert!(!PeriodicOptions::new().survives_panics());
-    /// assert!(PeriodicOptions::new().survive_panics(true).survives_panics());
-    /// assert!(!PeriodicOptions::new().survive_panics(true).survive_panics(false).survives_panics());
-    /// ```
-    pub fn survives_panics(&self) -> bool {
-        self.survive_panics
-    }
 }
 
 /// How the next run is planned.
@@ -268,12 +122,20 @@ impl<F: FnMut() + Send + 'static> Periodic<F> {
 impl<F: FnMut() + Send + 'static> Job for Periodic<F> {
     type Output = ();
 
-    fn call(&mut self) {
-        (self.f)()
+    fn call(&mut self) -> Option<()> {
+        (self.f)();
+        None // runs until cancelled, a panic or a shutdown
     }
 
     fn plan_next(&mut self, now: u64) -> Option<u64> {
         Some(self.plan.next(now))
+    }
+
+    fn kind(&self) -> TaskKind {
+        match self.plan {
+            Plan::Rate { .. } => TaskKind::FixedRate,
+            Plan::Delay { .. } => TaskKind::FixedDelay,
+        }
     }
 
     fn survives_panic(&self) -> bool {
@@ -286,8 +148,8 @@ impl<F: FnMut() + Send + 'static> Job for Periodic<F> {
 
     const PERIODIC: bool = true;
 
-    fn into_pending(self) -> PendingTask {
-        PendingTask::new(true, Box::new(self.f))
+    fn into_run(self) -> Box<dyn FnOnce() + Send> {
+        Box::new(self.f)
     }
 }
 

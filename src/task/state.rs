@@ -70,7 +70,7 @@ impl End {
 }
 
 /// A typed reading of a task's state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Snapshot {
     /// Waiting to run.
     Scheduled,
@@ -80,6 +80,22 @@ pub(crate) enum Snapshot {
     RunningCancelled,
     /// Terminal: never changes again.
     Ended(End),
+}
+
+/// The state by its name (`Debug` of futures and handles shows it): `Scheduled`, `Running`,
+/// `Cancelling` (cancelled while running), `Completed`, `Cancelled`, `Panicked`, `Shutdown`.
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Snapshot::Scheduled => "Scheduled",
+            Snapshot::Running => "Running",
+            Snapshot::RunningCancelled => "Cancelling",
+            Snapshot::Ended(End::Completed) => "Completed",
+            Snapshot::Ended(End::Cancelled) => "Cancelled",
+            Snapshot::Ended(End::Panicked) => "Panicked",
+            Snapshot::Ended(End::Shutdown) => "Shutdown",
+        })
+    }
 }
 
 impl Snapshot {

@@ -94,7 +94,9 @@ pub(crate) use clock::{duration_nanos, mark_pool_thread, Clock, ClockListener, T
 pub(crate) use home::PoolId;
 pub(crate) use settle::Settle;
 
+use crate::error::ResetError;
 use crate::sync::{fence, AtomicBool, AtomicU64, CachePadded, Mutex, MutexGuard, Ordering, Parker};
+use crate::task::state::{End, Snapshot};
 use crate::task::{TaskRef, NO_KEY};
 use crate::wheel::{Key, Wheel};
 
@@ -355,24 +357,35 @@ impl Timer {
     /// Under the shard's lock a `SCHEDULED` task with a live key can be neither pushed out (the
     /// driver polls under this lock) nor unlinked (a cancel unlinks under it). A cancel that wins
     /// the state after our check unlinks the moved entry by its new key once we unlock.
-    pub(crate) fn reset(&self, task: &TaskRef, deadline: u64, rebase: impl FnOnce()) -> bool {
+    pub(crate) fn reset(
+        &self,
+        task: &TaskRef,
+        deadline: u64,
+        rebase: impl FnOnce(),
+    ) -> Result<(), ResetError> {
         let tick = self.time.tick_ceil(deadline);
         let cell = self.cell_of(task);
         let mut shard = cell.lock();
-        if !task.header().state.is_scheduled() || !shard.gate.admits(task) {
+        let state = task.header().state.load();
+        if state != Snapshot::Scheduled {
+            return Err(not_waiting(state));
+        }
+        if !shard.gate.admits(task) {
             // A shard closed to this task is being swept by a shutdown: the task will not run
             // (again), so there is nothing to move, and the sweep must find it where it is.
-            return false;
+            return Err(ResetError::Cancelled);
         }
         let Some(entry) = unlink(&mut shard.wheel, task) else {
-            return false; // due and handed out, or not inserted yet
+            // Due and handed to a worker (firing), or a periodic task between its run and its
+            // re-arm's insert.
+            return Err(ResetError::Running);
         };
         task.header().set_deadline(deadline);
         rebase();
         let key = shard.wheel.insert(tick, entry);
         task.header().set_wheel_key(key.to_u64());
         self.inserted(cell, shard, tick);
-        true
+        Ok(())
     }
 
     /// After an insert lowered its shard's hint to `tick`: wakes the driver if it sleeps past it.
@@ -503,6 +516,18 @@ pub(super) fn clear_keys(tasks: &[TaskRef]) {
 
 /// Removes `task`'s wheel entry, if it has a live one; returns the wheel's reference so the
 /// caller drops it after unlocking. Called under the shard's lock.
+/// Why a task that is not waiting cannot be reset, from its state. A run in progress (or one
+/// that just re-armed: waiting again, but not yet in the wheel) is `Running`.
+fn not_waiting(state: Snapshot) -> ResetError {
+    match state {
+        Snapshot::Scheduled | Snapshot::Running => ResetError::Running,
+        Snapshot::RunningCancelled | Snapshot::Ended(End::Cancelled | End::Shutdown) => {
+            ResetError::Cancelled
+        }
+        Snapshot::Ended(End::Completed | End::Panicked) => ResetError::Done,
+    }
+}
+
 fn unlink(wheel: &mut Wheel<TaskRef>, task: &TaskRef) -> Option<TaskRef> {
     let key = task.header().wheel_key();
     if key == NO_KEY {

@@ -9,8 +9,8 @@ pub(crate) use std::thread;
 pub(crate) use std::time::{Duration, Instant};
 
 pub(crate) use wheelpool::{
-    CancelHandle, ManualClock, MissedTicks, PeriodicOptions, ScheduleError, ScheduledFuture,
-    ScheduledThreadPool, TaskError,
+    CancelHandle, ManualClock, MissedTicks, ScheduleError, ScheduledFuture, ScheduledThreadPool,
+    TaskError,
 };
 
 /// How long any test body may take before the watchdog calls it hung.

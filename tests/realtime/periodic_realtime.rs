@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use wheelpool::{MissedTicks, PeriodicOptions, ScheduledFuture, ScheduledThreadPool, TaskError};
+use wheelpool::{MissedTicks, ScheduledFuture, ScheduledThreadPool, TaskError};
 
 /// Generous bound for anything that should happen within milliseconds.
 const LIMIT: Duration = Duration::from_secs(20);
@@ -111,7 +111,9 @@ fn slow_runs_on_many_workers_never_overlap() {
         let runs = Arc::new(AtomicUsize::new(0));
         let (i, m, r) = (inside.clone(), max.clone(), runs.clone());
         let f = pool
-            .schedule_at_fixed_rate_with(
+            .task()
+            .missed_ticks(policy)
+            .schedule_at_fixed_rate(
                 move || {
                     let now = i.fetch_add(1, SeqCst) + 1;
                     m.fetch_max(now, SeqCst);
@@ -121,7 +123,6 @@ fn slow_runs_on_many_workers_never_overlap() {
                 },
                 Duration::ZERO,
                 ms(1),
-                PeriodicOptions::new().missed_ticks(policy),
             )
             .unwrap();
         probes.push((policy, max, runs));
@@ -246,7 +247,9 @@ fn a_surviving_heartbeat_keeps_beating_through_panics() {
     let (tx, rx) = mpsc::channel();
     let flip = Arc::new(AtomicBool::new(false));
     let f = pool
-        .schedule_at_fixed_rate_with(
+        .task()
+        .survive_panics(true)
+        .schedule_at_fixed_rate(
             move || {
                 let _ = tx.send(());
                 if !flip.fetch_xor(true, SeqCst) {
@@ -255,7 +258,6 @@ fn a_surviving_heartbeat_keeps_beating_through_panics() {
             },
             Duration::ZERO,
             ms(2),
-            PeriodicOptions::new().survive_panics(true),
         )
         .unwrap();
     for _ in 0..10 {

@@ -1,6 +1,7 @@
 mod adversary_shutdown;
 mod adversary_wake;
 mod builder;
+mod names;
 mod panics;
 mod pool_drop;
 mod shutdown;

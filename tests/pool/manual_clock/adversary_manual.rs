@@ -542,15 +542,15 @@ fn fixed_rate_reset_into_the_past_runs_once_now_not_a_burst_of_phantom_slots() {
             let pool = manual_pool(&clock, 2);
             let runs = Runs::new(&clock);
             let r = runs.clone();
-            let opts = PeriodicOptions::new().missed_ticks(policy);
             let f = pool
-                .schedule_at_fixed_rate_with(
+                .task()
+                .missed_ticks(policy)
+                .schedule_at_fixed_rate(
                     move || {
                         r.record();
                     },
                     ms(100),
                     ms(10),
-                    opts,
                 )
                 .unwrap();
             clock.advance(ms(50));

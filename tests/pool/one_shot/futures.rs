@@ -245,3 +245,148 @@ fn a_panicking_waker_does_not_kill_the_worker() {
         Poll::Ready(Ok(true))
     ));
 }
+
+// ---- habits: detach, abort-on-drop, a result taken twice -----------------------------------
+
+#[test]
+fn detach_lets_the_task_run_and_a_handle_still_cancels() {
+    let pool = pool(2);
+    let (tx, rx) = mpsc::channel();
+    pool.schedule(move || tx.send("ran").unwrap(), Duration::from_millis(1))
+        .unwrap()
+        .detach();
+    assert_eq!(rx.recv_timeout(LONG), Ok("ran"));
+
+    let f = pool.schedule(|| (), HOUR).unwrap();
+    let handle = f.cancel_handle();
+    f.detach();
+    assert!(!handle.is_cancelled(), "detaching cancels nothing");
+    assert!(handle.cancel());
+}
+
+#[test]
+fn a_dropped_future_detaches_under_tokio_timeout() {
+    let pool = pool(2);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let latch = Latch::new();
+    let gate = latch.clone();
+    let (tx, rx) = mpsc::channel();
+    let f = pool
+        .schedule(
+            move || {
+                assert!(gate.wait(LONG), "the test opens the gate");
+                tx.send("still ran").unwrap();
+            },
+            Duration::ZERO,
+        )
+        .unwrap();
+    let handle = f.cancel_handle();
+    let timed_out = rt.block_on(async { tokio::time::timeout(Duration::from_millis(1), f).await });
+    assert!(timed_out.is_err(), "the task waits for the gate");
+    assert!(
+        !handle.is_cancelled(),
+        "the timeout dropped the future: detached"
+    );
+    latch.open();
+    assert_eq!(rx.recv_timeout(LONG), Ok("still ran"));
+}
+
+#[test]
+fn abort_on_drop_cancels_under_tokio_timeout() {
+    let pool = pool(2);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r = ran.clone();
+    let f = pool
+        .schedule(move || r.fetch_add(1, Ordering::SeqCst), HOUR)
+        .unwrap();
+    let handle = f.cancel_handle();
+    let guarded = f.abort_on_drop();
+    assert!(format!("{guarded:?}").contains("AbortOnDrop"));
+    let timed_out =
+        rt.block_on(async { tokio::time::timeout(Duration::from_millis(1), guarded).await });
+    assert!(timed_out.is_err());
+    assert!(
+        handle.is_cancelled(),
+        "dropping the guard cancelled the task"
+    );
+    assert!(!handle.cancel(), "already cancelled");
+    assert_eq!(pool.stats().cancelled, 1);
+    assert_eq!(ran.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn abort_on_drop_gives_the_result_and_then_cancels_nothing() {
+    let pool = pool(2);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let f = pool.schedule(|| 42, Duration::from_millis(1)).unwrap();
+    let handle = f.cancel_handle();
+    let out = rt.block_on(async move {
+        let guarded = f.abort_on_drop();
+        assert!(
+            guarded.delay() <= Duration::from_millis(1),
+            "derefs to the future"
+        );
+        tokio::time::timeout(LONG, guarded).await
+    });
+    assert_eq!(out.expect("finished in time"), Ok(42));
+    assert!(!handle.is_cancelled(), "a finished task is left alone");
+    assert_eq!(pool.stats().cancelled, 0);
+
+    // Periodic: the guard stops every later run.
+    let runs = Arc::new(AtomicUsize::new(0));
+    let r = runs.clone();
+    let beat = pool
+        .schedule_at_fixed_rate(
+            move || {
+                r.fetch_add(1, Ordering::SeqCst);
+            },
+            Duration::ZERO,
+            Duration::from_millis(1),
+        )
+        .unwrap()
+        .abort_on_drop();
+    let handle = beat.cancel_handle();
+    assert!(common::wait_until(LONG, || runs.load(Ordering::SeqCst) >= 2));
+    drop(beat);
+    assert!(handle.is_cancelled());
+    let at_drop = runs.load(Ordering::SeqCst);
+    std::thread::sleep(Duration::from_millis(20));
+    // Runs never overlap: at most the one in progress at the drop finishes after it.
+    assert!(
+        runs.load(Ordering::SeqCst) <= at_drop + 1,
+        "no run starts after the drop"
+    );
+}
+
+#[test]
+fn join_timeout_after_the_result_was_taken_is_an_error_not_a_panic() {
+    let pool = pool(1);
+    let mut f = pool.schedule(|| 7, Duration::ZERO).unwrap();
+    assert_eq!(f.join_timeout(LONG), Some(Ok(7)));
+    assert_eq!(f.join_timeout(LONG), Some(Err(TaskError::Taken)));
+    assert_eq!(f.join_timeout(Duration::ZERO), Some(Err(TaskError::Taken)));
+    assert_eq!(f.join(), Err(TaskError::Taken));
+
+    // After `.await` took it, too; and a poll after Ready.
+    let mut f = pool.schedule(|| 8, Duration::ZERO).unwrap();
+    assert_eq!(pollster::block_on(&mut f), Ok(8));
+    assert_eq!(pollster::block_on(&mut f), Err(TaskError::Taken));
+    assert_eq!(f.join_timeout(LONG), Some(Err(TaskError::Taken)));
+
+    // An error result is taken once as well.
+    let mut f = pool.schedule(|| (), HOUR).unwrap();
+    f.cancel();
+    assert_eq!(f.join_timeout(LONG), Some(Err(TaskError::Cancelled)));
+    assert_eq!(f.join_timeout(LONG), Some(Err(TaskError::Taken)));
+    assert_eq!(TaskError::Taken.to_string(), "task result already taken");
+}

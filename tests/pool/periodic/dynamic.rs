@@ -171,9 +171,10 @@ fn a_panic_ends_the_task_unless_it_survives_panics() {
         let f = pool
             .schedule_with_dynamic_delay(flaky(&fragile), ms(10))
             .unwrap();
-        let opts = PeriodicOptions::new().survive_panics(true);
         let t = pool
-            .schedule_with_dynamic_delay_with(flaky(&tough), ms(10), opts)
+            .task()
+            .survive_panics(true)
+            .schedule_with_dynamic_delay(flaky(&tough), ms(10))
             .unwrap();
         clock.advance(ms(50));
         assert_eq!(fragile.times(), millis(&[10, 20]));
@@ -197,9 +198,10 @@ fn a_survived_panic_in_the_first_run_retries_after_the_initial_delay() {
         let pool = log.pool(&clock, 1);
         let runs = Runs::new(&clock);
         let r = runs.clone();
-        let opts = PeriodicOptions::new().survive_panics(true);
         let f = pool
-            .schedule_at_dynamic_rate_with(
+            .task()
+            .survive_panics(true)
+            .schedule_at_dynamic_rate(
                 move || {
                     if r.record() == 0 {
                         panic!("cold start");
@@ -207,7 +209,6 @@ fn a_survived_panic_in_the_first_run_retries_after_the_initial_delay() {
                     None
                 },
                 ms(7),
-                opts,
             )
             .unwrap();
         clock.advance(ms(20));
@@ -300,11 +301,8 @@ fn a_handle_schedules_dynamic_tasks_too() {
             .schedule_with_dynamic_delay(scripted(&runs, Duration::ZERO, &[1]), ms(1))
             .unwrap();
         let b = handle
-            .schedule_at_dynamic_rate_with(
-                scripted(&runs, Duration::ZERO, &[]),
-                ms(1),
-                PeriodicOptions::new(),
-            )
+            .task()
+            .schedule_at_dynamic_rate(scripted(&runs, Duration::ZERO, &[]), ms(1))
             .unwrap();
         clock.advance(ms(2));
         assert_eq!(runs.times(), millis(&[1, 1, 2]));
@@ -315,5 +313,155 @@ fn a_handle_schedules_dynamic_tasks_too() {
             .schedule_with_dynamic_delay(|| None, Duration::ZERO)
             .unwrap_err();
         assert_eq!(err, ScheduleError::Shutdown);
+    });
+}
+
+// ---- loops that return: closures returning ControlFlow<T, Duration> -----------------------
+
+use std::ops::ControlFlow::{self, Break, Continue};
+
+/// A retry with doubling backoff (10 ms, 20 ms, ...) that gets `replies` one per try and
+/// stops at the first `Ok` or after `limit` tries, returning the last reply.
+fn retry(
+    runs: &Runs,
+    mut replies: Vec<Result<u32, String>>,
+    limit: usize,
+) -> impl FnMut() -> ControlFlow<Result<u32, String>, Duration> + Send + 'static {
+    let r = runs.clone();
+    replies.reverse();
+    let mut backoff = ms(10);
+    move || {
+        let tries = r.record() + 1;
+        let reply = replies.pop().expect("a reply for every try");
+        match reply {
+            Err(_) if tries < limit => {
+                let wait = backoff;
+                backoff *= 2;
+                Continue(wait)
+            }
+            done => Break(done),
+        }
+    }
+}
+
+#[test]
+fn a_retry_loop_returns_its_value() {
+    bounded(|| {
+        let clock = ManualClock::new();
+        let pool = manual_pool(&clock, 2);
+        let runs = Runs::new(&clock);
+        let replies = vec![Err("busy".into()), Err("busy".into()), Ok(7)];
+        let f: ScheduledFuture<Result<u32, String>> = pool
+            .schedule_with_dynamic_delay(retry(&runs, replies, 5), ms(5))
+            .unwrap();
+        clock.advance(ms(34));
+        assert_eq!(runs.times(), millis(&[5, 15]));
+        assert!(!f.is_done());
+        clock.advance(ms(1));
+        // 5, +10 -> 15, +20 -> 35: the third try succeeds.
+        assert_eq!(runs.times(), millis(&[5, 15, 35]));
+        assert!(f.is_done());
+        assert_eq!(join_within(f), Ok(Ok(7)));
+        clock.advance(ms(1000));
+        assert_eq!(runs.count(), 3, "no run after Break");
+        assert_eq!(pool.stats().completed, 3);
+        assert_eq!(pool.stats().pending, 0);
+    });
+}
+
+#[test]
+fn a_retry_loop_gives_up_with_its_last_error() {
+    bounded(|| {
+        let clock = ManualClock::new();
+        let pool = manual_pool(&clock, 2);
+        let runs = Runs::new(&clock);
+        let replies = (1..=4).map(|n| Err(format!("refused ({n})"))).collect();
+        let f = pool
+            .schedule_with_dynamic_delay(retry(&runs, replies, 4), Duration::ZERO)
+            .unwrap();
+        clock.advance(Duration::ZERO);
+        clock.advance(ms(70));
+        // 0, +10 -> 10, +20 -> 30, +40 -> 70: the fourth try is the last.
+        assert_eq!(runs.times(), millis(&[0, 10, 30, 70]));
+        assert_eq!(join_within(f), Ok(Err("refused (4)".to_owned())));
+        clock.advance(ms(1000));
+        assert_eq!(runs.count(), 4);
+    });
+}
+
+#[test]
+fn a_dynamic_rate_loop_returns_its_value() {
+    bounded(|| {
+        let clock = ManualClock::new();
+        let pool = manual_pool(&clock, 1);
+        let runs = Runs::new(&clock);
+        let r = runs.clone();
+        let f = pool
+            .schedule_at_dynamic_rate(
+                move || {
+                    let n = r.record();
+                    r.clock.advance(ms(3)); // the work takes 3 ms
+                    if n < 2 {
+                        Continue(ms(10))
+                    } else {
+                        Break(format!("{} samples", n + 1))
+                    }
+                },
+                ms(10),
+            )
+            .unwrap();
+        clock.advance(ms(40));
+        assert_eq!(
+            runs.times(),
+            millis(&[10, 20, 30]),
+            "from the planned starts"
+        );
+        assert_eq!(join_within(f), Ok("3 samples".to_owned()));
+    });
+}
+
+#[test]
+fn a_loop_that_returns_is_cancelled_panics_and_stops_like_any_periodic_task() {
+    bounded(|| {
+        let clock = ManualClock::new();
+        let log = PanicLog::default();
+        let pool = log.pool(&clock, 2);
+        let forever = || -> ControlFlow<u8, Duration> { Continue(ms(10)) };
+        let cancelled = pool.schedule_with_dynamic_delay(forever, ms(10)).unwrap();
+        let panicky = pool
+            .schedule_at_dynamic_rate(
+                || -> ControlFlow<u8, Duration> { panic!("bad loop") },
+                ms(10),
+            )
+            .unwrap();
+        let stopped = pool.schedule_at_dynamic_rate(forever, ms(10)).unwrap();
+        clock.advance(ms(25));
+        assert!(cancelled.cancel());
+        assert_eq!(join_within(cancelled), Err(TaskError::Cancelled));
+        assert_eq!(
+            join_within(panicky),
+            Err(TaskError::Panicked("bad loop".into()))
+        );
+        assert_eq!(log.messages(), ["bad loop"]);
+        pool.shutdown();
+        assert_eq!(join_within(stopped), Err(TaskError::Shutdown));
+    });
+}
+
+#[test]
+fn a_shutdown_now_hands_back_a_loop_that_returns() {
+    bounded(|| {
+        let clock = ManualClock::new();
+        let pool = manual_pool(&clock, 1);
+        let f = pool
+            .task()
+            .name("retry")
+            .schedule_with_dynamic_delay(|| -> ControlFlow<u8, Duration> { Break(1) }, ms(10))
+            .unwrap();
+        let pending = pool.shutdown_now();
+        assert_eq!(pending.len(), 1);
+        assert_eq!(pending[0].name(), Some("retry"));
+        assert_eq!(pending[0].kind(), wheelpool::TaskKind::DynamicDelay);
+        assert_eq!(join_within(f), Err(TaskError::Cancelled));
     });
 }

@@ -179,12 +179,12 @@ fn overrun_sequence(
     let pool = builder.build().unwrap();
     let runs = Runs::new(&clock);
     let (r, c) = (runs.clone(), clock.clone());
-    let mut opts = PeriodicOptions::new();
+    let mut opts = pool.task();
     if let Some(policy) = task {
         opts = opts.missed_ticks(policy);
     }
-    let f = pool
-        .schedule_at_fixed_rate_with(
+    let f = opts
+        .schedule_at_fixed_rate(
             move || {
                 if r.record() == 0 {
                     c.advance(ms(overrun));
@@ -192,7 +192,6 @@ fn overrun_sequence(
             },
             ms(10),
             ms(10),
-            opts,
         )
         .unwrap();
     clock.advance(ms(100));
@@ -355,9 +354,10 @@ fn runs_of_one_task_never_overlap_even_when_every_run_overruns() {
             for _ in 0..2 {
                 let probe = OverlapProbe::default();
                 let (p, c, progress) = (probe.clone(), clock.clone(), progress.clone());
-                let opts = PeriodicOptions::new().missed_ticks(policy);
                 let f = pool
-                    .schedule_at_fixed_rate_with(
+                    .task()
+                    .missed_ticks(policy)
+                    .schedule_at_fixed_rate(
                         move || {
                             p.enter();
                             progress.step();
@@ -374,7 +374,6 @@ fn runs_of_one_task_never_overlap_even_when_every_run_overruns() {
                         },
                         ms(1),
                         ms(1),
-                        opts,
                     )
                     .unwrap();
                 probes.push(probe);
@@ -402,7 +401,6 @@ fn zero_period_or_zero_delay_is_refused() {
         let clock = ManualClock::new();
         let pool = manual_pool(&clock, 1);
         let handle = pool.handle();
-        let opts = PeriodicOptions::new();
         let zero = Duration::ZERO;
         assert_eq!(
             pool.schedule_at_fixed_rate(|| (), ms(1), zero).unwrap_err(),
@@ -414,12 +412,16 @@ fn zero_period_or_zero_delay_is_refused() {
             ScheduleError::ZeroPeriod
         );
         assert_eq!(
-            pool.schedule_at_fixed_rate_with(|| (), zero, zero, opts)
+            pool.task()
+                .name("zero")
+                .schedule_at_fixed_rate(|| (), zero, zero)
                 .unwrap_err(),
             ScheduleError::ZeroPeriod
         );
         assert_eq!(
-            pool.schedule_with_fixed_delay_with(|| (), zero, zero, opts)
+            pool.task()
+                .survive_panics(true)
+                .schedule_with_fixed_delay(|| (), zero, zero)
                 .unwrap_err(),
             ScheduleError::ZeroPeriod
         );

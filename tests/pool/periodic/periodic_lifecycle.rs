@@ -81,12 +81,15 @@ fn survive_panics_keeps_the_task_going_and_reports_each_panic() {
                     panic!("tick {n}");
                 }
             };
-            let opts = PeriodicOptions::new().survive_panics(true);
             let f = if fixed_delay {
-                pool.schedule_with_fixed_delay_with(body, ms(10), ms(10), opts)
+                pool.task()
+                    .survive_panics(true)
+                    .schedule_with_fixed_delay(body, ms(10), ms(10))
                     .unwrap()
             } else {
-                pool.schedule_at_fixed_rate_with(body, ms(10), ms(10), opts)
+                pool.task()
+                    .survive_panics(true)
+                    .schedule_at_fixed_rate(body, ms(10), ms(10))
                     .unwrap()
             };
             clock.advance(ms(100));

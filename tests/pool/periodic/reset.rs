@@ -349,3 +349,242 @@ fn reset_earlier_wakes_the_timer_thread() {
         assert!(moved, "the task reached the wheel");
     });
 }
+
+// ---- try_reset: why a reset did not happen ----------------------------------------------------
+
+use wheelpool::ResetError;
+
+#[test]
+fn try_reset_says_running_done_or_cancelled() {
+    bounded(|| {
+        let clock = ManualClock::new();
+        let pool = manual_pool(&clock, 2);
+        // Running: the task resets itself from inside its run.
+        let me: Arc<OnceLock<CancelHandle>> = Arc::default();
+        let m = me.clone();
+        let f = pool
+            .schedule(move || m.get().unwrap().try_reset(ms(5)), ms(10))
+            .unwrap();
+        me.set(f.cancel_handle()).unwrap();
+        clock.advance(Duration::ZERO);
+        assert_eq!(f.try_reset(ms(10)), Ok(()));
+        assert_eq!(f.cancel_handle().try_reset_at(clock.now() + ms(10)), Ok(()));
+        clock.advance(ms(10));
+        let h = f.cancel_handle();
+        assert_eq!(join_within(f), Ok(Err(ResetError::Running)));
+        assert_eq!(h.try_reset(ms(1)), Err(ResetError::Done));
+        assert_eq!(h.try_reset_at(clock.now()), Err(ResetError::Done));
+
+        // A periodic task resetting itself mid-run is Running too; between runs it moves.
+        let me: Arc<OnceLock<CancelHandle>> = Arc::default();
+        let seen: Arc<Mutex<Vec<Result<(), ResetError>>>> = Arc::default();
+        let (m, s) = (me.clone(), seen.clone());
+        let beat = pool
+            .schedule_with_fixed_delay(
+                move || s.lock().unwrap().push(m.get().unwrap().try_reset(ms(1))),
+                ms(10),
+                ms(10),
+            )
+            .unwrap();
+        me.set(beat.cancel_handle()).unwrap();
+        clock.advance(ms(10));
+        assert_eq!(*seen.lock().unwrap(), [Err(ResetError::Running)]);
+        assert_eq!(beat.try_reset(ms(1)), Ok(()), "waiting again: it moves");
+        assert!(beat.cancel());
+        assert_eq!(beat.try_reset(ms(1)), Err(ResetError::Cancelled));
+
+        // A panicked task is done; one stopped by shutdown is cancelled.
+        let log = PanicLog::default();
+        let quiet = log.pool(&clock, 1);
+        let boom = quiet.schedule(|| -> u8 { panic!("boom") }, ms(1)).unwrap();
+        clock.advance(ms(1));
+        assert_eq!(boom.try_reset(ms(1)), Err(ResetError::Done));
+        let rate = quiet.schedule_at_fixed_rate(|| (), ms(5), ms(5)).unwrap();
+        let h = rate.cancel_handle();
+        quiet.shutdown();
+        assert_eq!(join_within(rate), Err(TaskError::Shutdown));
+        assert_eq!(h.try_reset(ms(1)), Err(ResetError::Cancelled));
+    });
+}
+
+/// A small xorshift: reproducible choices without a dependency.
+struct XorShift(u64);
+
+impl XorShift {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// What one task saw, in the order the resetting thread saw it.
+#[derive(Default)]
+struct Seen {
+    ok: usize,
+    running: usize,
+    done: usize,
+    cancelled: usize,
+}
+
+/// `try_reset` racing the firing, on the real clock with two workers and two resetting
+/// threads. Every attempt is exactly one of Ok / Running / Done / Cancelled, and it matches
+/// what ran:
+/// - a task that had run before the attempt never answers Ok (one-shots run once);
+/// - Done only once the run is over (its closure's count is visible), Ok never after
+///   Running or Done (no going back), Cancelled only after a cancel;
+/// - every task that was not cancelled runs exactly once, never before the deadline its last
+///   Ok reset set; a cancel that returned true means it never runs.
+#[test]
+fn try_reset_racing_the_firing_accounts_for_every_attempt() {
+    const TASKS: usize = 200;
+    // A fine tick, so that deadlines a few hundred microseconds apart differ.
+    let pool = ScheduledThreadPool::builder()
+        .threads(2)
+        .tick(Duration::from_micros(50))
+        .build()
+        .unwrap();
+    let totals: Vec<Seen> = thread::scope(|scope| {
+        let resetters: Vec<_> = (0..2u64)
+            .map(|who| {
+                let pool = &pool;
+                scope.spawn(move || {
+                    let mut rng = XorShift(0x9E37_79B9_7F4A_7C15 ^ (who + 1));
+                    let mut total = Seen::default();
+                    for i in 0..TASKS {
+                        let ran = Arc::new(AtomicUsize::new(0));
+                        let ran_at: Arc<OnceLock<Instant>> = Arc::default();
+                        let (r, at) = (ran.clone(), ran_at.clone());
+                        let first = Duration::from_micros(rng.below(1500));
+                        let f = pool
+                            .schedule(
+                                move || {
+                                    at.set(Instant::now()).unwrap();
+                                    r.fetch_add(1, SeqCst);
+                                },
+                                first,
+                            )
+                            .unwrap();
+                        let handle = f.cancel_handle();
+                        let cancel_at = (i % 4 == 0).then(|| rng.below(20));
+                        let mut cancel_won = None;
+                        let mut last_ok: Option<Instant> = None;
+                        let mut gone = false; // saw Running or Done
+                        for attempt in 0..40 {
+                            if cancel_at == Some(attempt) {
+                                cancel_won = Some(f.cancel());
+                            }
+                            // Space the attempts out, so that some come after the firing.
+                            let pause = Instant::now() + Duration::from_micros(rng.below(300));
+                            while Instant::now() < pause {
+                                std::hint::spin_loop();
+                            }
+                            let ran_before = ran.load(SeqCst);
+                            let delay = match rng.below(4) {
+                                0 => Duration::ZERO, // due now: races the firing at once
+                                _ => Duration::from_micros(rng.below(300)),
+                            };
+                            let before = Instant::now();
+                            let result = if attempt % 2 == 0 {
+                                f.try_reset(delay)
+                            } else {
+                                handle.try_reset(delay)
+                            };
+                            match result {
+                                Ok(()) => {
+                                    total.ok += 1;
+                                    assert_eq!(ran_before, 0, "task {i}: Ok after it ran");
+                                    assert!(!gone, "task {i}: Ok after Running or Done");
+                                    assert_ne!(
+                                        cancel_won,
+                                        Some(true),
+                                        "task {i}: Ok after a cancel"
+                                    );
+                                    last_ok = Some(before + delay);
+                                }
+                                Err(ResetError::Running) => {
+                                    total.running += 1;
+                                    assert_ne!(
+                                        cancel_won,
+                                        Some(true),
+                                        "task {i}: Running after a cancel"
+                                    );
+                                    gone = true;
+                                }
+                                Err(ResetError::Done) => {
+                                    total.done += 1;
+                                    assert_eq!(
+                                        ran.load(SeqCst),
+                                        1,
+                                        "task {i}: Done before its run was over"
+                                    );
+                                    assert_ne!(cancel_won, Some(true), "task {i}");
+                                    gone = true;
+                                }
+                                Err(ResetError::Cancelled) => {
+                                    total.cancelled += 1;
+                                    assert!(
+                                        cancel_won.is_some(),
+                                        "task {i}: Cancelled, nobody cancelled"
+                                    );
+                                }
+                                Err(other) => panic!("task {i}: unexpected {other:?}"),
+                            }
+                        }
+                        let outcome = join_within(f);
+                        match cancel_won {
+                            Some(true) => {
+                                assert_eq!(outcome, Err(TaskError::Cancelled));
+                                assert_eq!(
+                                    ran.load(SeqCst),
+                                    0,
+                                    "task {i}: ran after cancel returned true"
+                                );
+                            }
+                            Some(false) => {
+                                assert_eq!(
+                                    ran.load(SeqCst),
+                                    1,
+                                    "task {i}: cancel false, so it ran"
+                                );
+                            }
+                            None => {
+                                assert_eq!(outcome, Ok(()), "task {i}");
+                                assert_eq!(ran.load(SeqCst), 1, "task {i}: ran once");
+                            }
+                        }
+                        if let (Some(deadline), Some(&at)) = (last_ok, ran_at.get()) {
+                            assert!(at >= deadline, "task {i}: ran before its reset deadline");
+                        }
+                    }
+                    total
+                })
+            })
+            .collect();
+        resetters.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let attempts: usize = totals
+        .iter()
+        .map(|t| t.ok + t.running + t.done + t.cancelled)
+        .sum();
+    assert_eq!(
+        attempts,
+        2 * TASKS * 40,
+        "each attempt counted exactly once"
+    );
+    let sum = |f: fn(&Seen) -> usize| totals.iter().map(f).sum::<usize>();
+    println!(
+        "ok {} running {} done {} cancelled {}",
+        sum(|t| t.ok),
+        sum(|t| t.running),
+        sum(|t| t.done),
+        sum(|t| t.cancelled)
+    );
+    assert!(
+        sum(|t| t.ok) > 0 && sum(|t| t.done) > 0,
+        "both sides of the race were met"
+    );
+    pool.shutdown();
+    assert!(pool.await_termination(JOIN_LIMIT));
+}
