@@ -119,6 +119,13 @@
 //!   panicked, in the panic handler) and [`TaskKind`]; [`PoolStats`].
 //! - Errors: [`ScheduleError`], [`TaskError`], [`ResetError`], [`BuildError`].
 //! - [`ManualClock`] for tests on virtual time.
+//! - With the `cron` feature, `wheelpool::cron` (`Cron`, `CronError`, `CronField`,
+//!   `SkippedTime`) and `schedule_cron` on [`Handle`] and [`TaskBuilder`]: calendar schedules in
+//!   time zones.
+//! - With the `postgres` feature, `wheelpool::cluster`: jobs run once per planned run across
+//!   processes (`ClusterJob`, `PgLockStore`, their errors and counters).
+//!
+//! The timing wheel, the task cells and the timer shards are the crate's own, not part of it.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
