@@ -166,6 +166,10 @@ impl<'h> TaskBuilder<'h> {
         self
     }
 
+    // The scheduling methods below are alike on purpose: each is one public signature and its
+    // docs around one call into `schedule`, where the work is written once. Their likeness is
+    // the API's shape (one method per kind of task, as DESIGN.md lists them), not logic twice.
+
     /// [`Handle::execute`](crate::Handle::execute) with these options.
     ///
     /// # Errors
