@@ -118,12 +118,12 @@ impl<T> Queue<T> {
     /// the rule of [`push`](Self::push)).
     pub(super) fn stall(&mut self, max: usize) -> bool {
         self.stalled += 1;
-        self.start_sender(max)
+        self.wants_sender(max)
     }
 
     /// True, counting it, if a sender must start: fewer than `max` run and more than a full
     /// batch waits for each one sending (any item, if none is).
-    fn start_sender(&mut self, max: usize) -> bool {
+    fn wants_sender(&mut self, max: usize) -> bool {
         let sending = self.senders.saturating_sub(self.stalled);
         let start = self.senders < max && self.items.len() > MAX_BATCH * sending;
         self.senders += usize::from(start);
@@ -157,7 +157,7 @@ impl<T: ForJob> Queue<T> {
     /// run.
     pub(super) fn push(&mut self, item: T, max: usize) -> bool {
         self.items.push_back(item);
-        self.start_sender(max)
+        self.wants_sender(max)
     }
 
     /// The next batch: up to [`MAX_BATCH`] requests in queue order, never two for one job
