@@ -146,7 +146,7 @@ impl std::error::Error for ResetError {}
 /// Why `Builder::build` failed. Threads started before the failure have been stopped and joined.
 ///
 /// What to do: a setting out of range ([`is_invalid_config`](Self::is_invalid_config)) fails
-/// the same way every time, so fix it (one worker per CPU and a 1 ms tick, the defaults, suit
+/// the same way every time, so fix it (one worker per CPU and a 1 us tick, the defaults, suit
 /// most uses; leave `max_pending` unset for no bound); a spawn failure may pass later or with
 /// fewer threads; a panicking `on_thread_start` hook needs fixing. `Display` says only what
 /// happened.

@@ -48,16 +48,17 @@
 //!
 //! # Timing guarantees
 //!
-//! - **Never early.** A deadline rounds *up* to the next tick of the wheel (1 ms by default,
+//! - **Never early.** A deadline rounds *up* to the next tick of the wheel (1 us by default,
 //!   [`Builder::tick`]); a task never starts before its deadline.
-//! - **Lateness** is the wait for the next tick plus one thread's wake-up (the watching worker's,
-//!   or the timer thread's and then a worker's, whichever comes first). Measured on a 2-core
-//!   machine firing 100 000 timers within a second (W3 in BENCHMARKS.md): about 0.67 ms at the
-//!   median and 1.2-1.3 ms at p99 with the 1 ms tick, and 0.12-0.15 ms / 0.26-0.77 ms with a
-//!   100 us tick. A million timers due at one instant start 0.75-1 ms late and all have run some
-//!   120-130 ms later (W8). Pick the tick for the precision you need. On a machine with more
-//!   busy threads than CPUs the kernel decides when a woken thread runs: a few rounds in a
-//!   hundred of the cancel-storm benchmark waited 6-18 ms for it.
+//! - **Lateness** is one thread's wake-up (the watching worker's, or the timer thread's and then
+//!   a worker's, whichever comes first) plus an adaptive *slack*: the timer side sleeps until the
+//!   earliest deadline plus 2 us for each task that came due while it last slept, at most 1 ms.
+//!   Sparse timers (a lone timeout, a heartbeat) therefore fire within a wake-up of their
+//!   deadline, and dense ones (thousands due each millisecond) are batched as a 1 ms tick would
+//!   batch them, at the same CPU cost. BENCHMARKS.md (W3, W5, W8) has the figures. A tick of
+//!   1 ms or more (`Builder::tick`) rounds every deadline up instead and adds no slack. On a
+//!   machine with more busy threads than CPUs the kernel decides when a woken thread runs: a few
+//!   rounds in a hundred of the cancel-storm benchmark waited 6-18 ms for it.
 //! - **Fixed rate** runs on the grid `start + initial + k * period` with no drift; a run that
 //!   overruns delays the next one; missed runs follow [`MissedTicks`]. **Fixed delay** plans each
 //!   run `delay` after the previous one returned. Runs of one task never overlap.

@@ -13,8 +13,9 @@ use std::any::Any;
 use std::fmt;
 use std::time::Duration;
 
-/// The default tick: fine enough for RPC timeouts, coarse enough to batch expirations.
-const DEFAULT_TICK: Duration = Duration::from_millis(1);
+/// The default tick: deadlines keep their microsecond. The timer side batches dense expirations
+/// by its adaptive slack instead of by a coarse tick (see the crate docs on lateness).
+const DEFAULT_TICK: Duration = Duration::from_micros(1);
 
 /// Configures a [`ScheduledThreadPool`]. Setters take and return the builder by value.
 ///
@@ -108,7 +109,7 @@ impl Builder {
     /// ```
     pub const MAX_TICK: Duration = Duration::from_secs(1);
 
-    /// The defaults: one worker per CPU, names `wheelpool-worker-N`, 1 ms tick, no bound on
+    /// The defaults: one worker per CPU, names `wheelpool-worker-N`, 1 us tick, no bound on
     /// pending tasks, no panic handler, the system clock, `MissedTicks::Burst`. Same as
     /// [`ScheduledThreadPool::builder`].
     ///
@@ -195,8 +196,11 @@ impl Builder {
 
     /// The wheel's tick, from [`MIN_TICK`](Self::MIN_TICK) (1 ns) to
     /// [`MAX_TICK`](Self::MAX_TICK) (1 s); `build` refuses anything else with a [`BuildError`].
-    /// Deadlines round up to it: a finer tick lowers lateness and costs more timer-thread
-    /// wake-ups under load.
+    /// Deadlines round up to it. The default, 1 us, keeps them practically exact: the timer
+    /// side batches dense expirations by an adaptive slack (up to 1 ms less the tick; see the
+    /// crate docs on lateness), not by rounding. A coarser tick rounds every deadline up and
+    /// batches by that; a tick of 1 ms or more adds no slack (the behaviour of releases that
+    /// defaulted to 1 ms).
     ///
     /// # Examples
     ///

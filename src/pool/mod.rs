@@ -77,7 +77,7 @@ use std::time::{Duration, Instant};
 /// shard, so producers on different threads rarely meet on a lock), and a work-stealing set of
 /// workers runs what is due.
 ///
-/// Build one with [`ScheduledThreadPool::new`] (one worker per CPU, 1 ms tick) or
+/// Build one with [`ScheduledThreadPool::new`] (one worker per CPU, 1 us tick) or
 /// [`ScheduledThreadPool::builder`]. Schedule with [`execute`](Handle::execute),
 /// [`schedule`](Handle::schedule), [`schedule_at`](Handle::schedule_at),
 /// [`schedule_at_fixed_rate`](Handle::schedule_at_fixed_rate),
@@ -113,7 +113,7 @@ pub struct ScheduledThreadPool {
 }
 
 impl ScheduledThreadPool {
-    /// A pool with one worker per CPU and a 1 ms tick.
+    /// A pool with one worker per CPU and a 1 us tick.
     ///
     /// # Panics
     ///

@@ -79,7 +79,7 @@ impl Watch for TimerWatch<'_> {
     fn until(&self) -> Option<Instant> {
         let time = &self.0.timer.time;
         let tick = self.0.timer.watch_tick()?;
-        Some(time.instant_of(time.nanos_of_tick(tick)))
+        Some(time.instant_of(self.0.timer.wake_nanos(tick)))
     }
 
     fn unwatch(&self) {

@@ -27,6 +27,8 @@ pub(crate) struct Driver {
     next: Vec<Option<u64>>,
     /// Graceful shutdown: where each shard's sweep for periodic tasks goes on (`None`: done).
     sweep: Option<Vec<Option<usize>>>,
+    /// `Timer::fired` when the driver last went to sleep (see "Coalescing").
+    fired: u64,
 }
 
 crate::sync::thread_local! {
@@ -54,6 +56,7 @@ impl Driver {
             due: Vec::new(),
             next: vec![None; shards],
             sweep: None,
+            fired: 0,
         }
     }
 
@@ -95,6 +98,7 @@ impl Driver {
             );
         }
         if let Ok(next) = checked {
+            self.fired = timer.adapt_slack(self.fired);
             self.tell_watcher_and_park(next);
         }
         false
@@ -128,6 +132,7 @@ impl Driver {
             let (unfinished, next) = cell.poll_chunk(&mut cell.lock(), now, &mut self.due);
             more |= unfinished;
             self.next[i] = next;
+            timer.count_fired(self.due.len());
             pushed += self.push_due();
         }
         (more, pushed)
@@ -184,7 +189,7 @@ impl Driver {
     fn tell_watcher_and_park(&self, next: Option<u64>) {
         let timer = self.timer();
         if let (None, Some(tick)) = (&timer.settle, next) {
-            let at = timer.time.nanos_of_tick(tick);
+            let at = timer.wake_nanos(tick);
             let ahead = duration_nanos(WATCH_AHEAD);
             if at.saturating_sub(timer.time.now_nanos()) > ahead && timer.watcher_is_late(tick) {
                 timer.parker.park(Some(timer.time.instant_of(at - ahead)));
@@ -199,7 +204,7 @@ impl Driver {
     pub(crate) fn park(&self, next: Option<u64>) {
         let timer = self.timer();
         let deadline = match (&timer.settle, next) {
-            (None, Some(tick)) => Some(timer.time.instant_of(timer.time.nanos_of_tick(tick))),
+            (None, Some(tick)) => Some(timer.time.instant_of(timer.wake_nanos(tick))),
             _ => None, // a manual clock wakes the driver when time moves
         };
         timer.parker.park(deadline);

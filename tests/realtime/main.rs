@@ -12,6 +12,7 @@ mod adversary_watch_cpu;
 mod adversary_watch_live;
 mod fairness;
 mod periodic_realtime;
+mod precision;
 
 /// Held by every test of this binary for its whole run (a failed test's poison is ignored).
 pub(crate) fn serial() -> std::sync::MutexGuard<'static, ()> {

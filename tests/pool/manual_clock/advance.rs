@@ -501,3 +501,25 @@ fn advance_stays_exact_with_a_million_pending_tasks() {
         assert_eq!(pool.stats().pending, 0);
     });
 }
+
+/// The default tick is 1 us: a task due at 1 500 ns runs at 2 us, not before, and one due at
+/// 3 us runs when the clock reaches exactly 3 us (and sees that time).
+#[test]
+fn the_default_tick_keeps_deadlines_to_the_microsecond() {
+    bounded(|| {
+        let clock = ManualClock::new();
+        let pool = manual_pool(&clock, 1);
+        let t0 = clock.now();
+        let odd = report_now(&pool, &clock, t0, Duration::from_nanos(1_500));
+        let whole = report_now(&pool, &clock, t0, Duration::from_micros(3));
+        clock.advance(Duration::from_nanos(1_500));
+        assert!(!odd.is_done(), "rounded up to 2 us, not run at 1.5 us");
+        clock.advance(Duration::from_nanos(500));
+        assert!(odd.is_done(), "due at the 2 us tick");
+        clock.advance(Duration::from_nanos(999));
+        assert!(!whole.is_done(), "not due 1 ns before 3 us");
+        clock.advance(Duration::from_nanos(1));
+        assert_eq!(join_within(whole).unwrap(), Duration::from_micros(3));
+        assert_eq!(join_within(odd).unwrap(), Duration::from_micros(2));
+    });
+}
