@@ -29,6 +29,8 @@ pub(crate) struct Driver {
     sweep: Option<Vec<Option<usize>>>,
     /// `Timer::fired` when the driver last went to sleep (see "Coalescing").
     fired: u64,
+    /// Shards whose last poll may have left staging to do (see "Staging").
+    staging: Vec<bool>,
 }
 
 crate::sync::thread_local! {
@@ -57,6 +59,7 @@ impl Driver {
             next: vec![None; shards],
             sweep: None,
             fired: 0,
+            staging: vec![false; shards],
         }
     }
 
@@ -123,15 +126,17 @@ impl Driver {
         let mut pushed = 0;
         for (i, cell) in timer.shards.iter().enumerate() {
             let hint = cell.hint();
-            if hint.is_none_or(|h| h > now) {
+            if hint.is_none_or(|h| h > now) && !self.staging[i] {
                 // Nothing due there, and no need for its lock: a shard that other threads
                 // keep busy costs the timer nothing. A stale hint is caught when we announce.
                 self.next[i] = hint;
                 continue;
             }
-            let (unfinished, next) = cell.poll_chunk(&mut cell.lock(), now, &mut self.due);
-            more |= unfinished;
-            self.next[i] = next;
+            let horizon = timer.stage_horizon;
+            let polled = cell.poll_chunk(&mut cell.lock(), now, horizon, &mut self.due);
+            more |= polled.more || polled.stage;
+            self.staging[i] = polled.stage;
+            self.next[i] = polled.next;
             timer.count_fired(self.due.len());
             pushed += self.push_due();
         }

@@ -26,6 +26,16 @@ impl Level {
         self.occupied == 0
     }
 
+    /// The bitmap of non-empty slots.
+    pub(super) fn occupied(&self) -> u64 {
+        self.occupied
+    }
+
+    /// The first node of `slot`, or `NIL`.
+    pub(super) fn head(&self, slot: usize) -> u32 {
+        self.slots[slot].head()
+    }
+
     /// Puts node `index` in `slot`. O(1).
     pub(super) fn push<T>(&mut self, slab: &mut Slab<T>, slot: usize, index: u32) {
         slab.push_front(&mut self.slots[slot], index);

@@ -28,6 +28,10 @@
 //!   cursor from one such slot to the next (bitmap look-ups, never tick by tick) and *cascades*
 //!   the slot: each entry is either due (moved to the output) or relinked at a strictly lower
 //!   level. An entry thus moves at most 10 times in its life and is never lost or duplicated.
+//! - A cascade may be done ahead of time, a bounded step at a time ([`Wheel::stage_ahead`],
+//!   `stage.rs`): each level has a spare set of slot lists that the next coarser level's
+//!   upcoming slot is staged into, made live in O(1) when that slot comes. A node's `place`
+//!   names its level and which of the two sets holds it.
 
 // Private to the crate unless the `bench-wheel` feature exposes it (hidden) to its benchmark:
 // the items are `pub` for that build, and some are only used by it or by the tests.
@@ -39,13 +43,14 @@
 //! `Option<T>`, rounded up to 8. That is **24 bytes** for `T = ()` and **32 bytes** for a
 //! pointer-sized value with a niche such as `Arc<Task>` ([`Wheel::ENTRY_SIZE`]), plus the
 //! `Vec`'s growth slack (at most 2x until [`shrink_to_fit`](Wheel::shrink_to_fit)). The levels
-//! add a fixed 2.9 KB.
+//! and their spares add a fixed 5.8 KB.
 
 mod bits;
 mod key;
 mod level;
 mod poll;
 mod slab;
+mod stage;
 
 use std::fmt;
 use std::mem;
@@ -99,8 +104,15 @@ pub struct Wheel<T> {
     due: List,
     /// A slot taken out of its level and not yet fully cascaded.
     cascading: Cascade,
-    /// The levels, finest first. Boxed: 2.9 KB would make every move of a `Wheel` costly.
-    levels: Box<[Level; NUM_LEVELS]>,
+    /// The levels, finest first, each twice: the *live* one (bit `l` of `live` says which)
+    /// and a *spare* that staging fills (see `stage.rs`). Boxed: 5.8 KB would make every move
+    /// of a `Wheel` costly.
+    levels: Box<[[Level; 2]; NUM_LEVELS]>,
+    /// Bit `l`: which of `levels[l]` is live.
+    live: u16,
+    /// `stage[l]` (for `l >= 1`): the slot of level `l` whose entries are being staged into
+    /// the spare of level `l - 1`, or [`NO_STAGE`] (see `stage.rs`).
+    stage: [u8; NUM_LEVELS],
     /// Storage for every entry.
     slab: Slab<T>,
 }
@@ -126,8 +138,22 @@ impl Cascade {
     }
 }
 
-/// `place` of a node in the due list (levels use their index, 0 to 10).
+/// `place` of a node in the due list. A node in a level's list has `place_of(level, buffer)`.
 const DUE: u8 = u8::MAX;
+
+/// `stage[l]` when level `l` stages no slot.
+const NO_STAGE: u8 = u8::MAX;
+
+/// The `place` of a node linked at `level` in `levels[level][buffer]`.
+fn place_of(level: usize, buffer: usize) -> u8 {
+    debug_assert!(level < NUM_LEVELS && buffer < 2);
+    (level | buffer << 4) as u8
+}
+
+/// `(level, buffer)` of a `place` other than [`DUE`].
+fn level_of(place: u8) -> (usize, usize) {
+    (usize::from(place & 15), usize::from(place >> 4))
+}
 
 impl<T> Wheel<T> {
     /// Bytes of slab storage per entry, the value included (see the module docs on memory).
@@ -180,7 +206,9 @@ impl<T> Wheel<T> {
             cursor: 0,
             due: List::EMPTY,
             cascading: Cascade::NONE,
-            levels: Box::new([Level::EMPTY; NUM_LEVELS]),
+            levels: Box::new([const { [Level::EMPTY, Level::EMPTY] }; NUM_LEVELS]),
+            live: 0,
+            stage: [NO_STAGE; NUM_LEVELS],
             slab: Slab::with_capacity(capacity),
         }
     }
@@ -415,11 +443,14 @@ impl<T> Wheel<T> {
         let cascading = mem::replace(&mut self.cascading, Cascade::NONE);
         self.vacate_list(cascading.list, out);
         for level in 0..NUM_LEVELS {
-            while let Some(slot) = self.levels[level].next_occupied(0) {
-                let list = self.levels[level].take_slot(slot);
-                self.vacate_list(list, out);
+            for buffer in 0..2 {
+                while let Some(slot) = self.levels[level][buffer].next_occupied(0) {
+                    let list = self.levels[level][buffer].take_slot(slot);
+                    self.vacate_list(list, out);
+                }
             }
         }
+        self.stage = [NO_STAGE; NUM_LEVELS];
         debug_assert!(self.is_empty());
     }
 
@@ -454,8 +485,19 @@ impl<T> Wheel<T> {
     fn link(&mut self, index: u32, deadline: u64) {
         debug_assert!(deadline > self.cursor);
         let level = level_for(self.cursor, deadline);
-        self.slab.set_place(index, level as u8);
-        self.levels[level].push(&mut self.slab, slot_for(deadline, level), index);
+        let buffer = self.live_buffer(level);
+        self.slab.set_place(index, place_of(level, buffer));
+        self.levels[level][buffer].push(&mut self.slab, slot_for(deadline, level), index);
+    }
+
+    /// Which of `levels[level]` is live.
+    fn live_buffer(&self, level: usize) -> usize {
+        usize::from(self.live >> level & 1 == 1)
+    }
+
+    /// The live lists of `level`.
+    fn live_level(&self, level: usize) -> &Level {
+        &self.levels[level][self.live_buffer(level)]
     }
 
     /// Puts the occupied node `index` on the due list.
@@ -469,25 +511,35 @@ impl<T> Wheel<T> {
         match self.slab.place(index) {
             DUE => self.slab.unlink(&mut self.due, index),
             place => {
-                let level = usize::from(place);
+                let (level, buffer) = level_of(place);
                 let slot = slot_for(deadline, level);
-                if self.cascading.holds(level, slot) {
+                // The cascading slot was taken from a live level; a spare's slot with the same
+                // numbers is another list.
+                if buffer == self.live_buffer(level) && self.cascading.holds(level, slot) {
                     self.slab.unlink(&mut self.cascading.list, index);
                 } else {
-                    self.levels[level].unlink(&mut self.slab, slot, index);
+                    self.levels[level][buffer].unlink(&mut self.slab, slot, index);
                 }
             }
         }
     }
 
-    /// The earliest non-empty slot as `(level, slot, first tick)`.
+    /// The earliest non-empty slot as `(level, slot, first tick)`. A slot whose entries are
+    /// (partly) staged counts as non-empty while the spare holds any of them.
     fn next_slot(&self) -> Option<(usize, usize, u64)> {
-        let level = self.levels.iter().position(|level| !level.is_empty())?;
-        let current = slot_for(self.cursor, level);
-        let slot = self.levels[level].next_occupied(current)?;
-        // Entries at a level are after the cursor's slot there (ground rules): no wrap-around.
-        debug_assert!(slot > current, "wheel: entry at or before the current slot");
-        Some((level, slot, bits::slot_start(self.cursor, level, slot)))
+        for level in 0..NUM_LEVELS {
+            let occupied = self.live_level(level).occupied() | self.staged_bit(level);
+            if occupied == 0 {
+                continue;
+            }
+            let current = slot_for(self.cursor, level);
+            let slot = bits::next_occupied(occupied, current)?;
+            // Entries at a level are after the cursor's slot there (ground rules): no
+            // wrap-around.
+            debug_assert!(slot > current, "wheel: entry at or before the current slot");
+            return Some((level, slot, bits::slot_start(self.cursor, level, slot)));
+        }
+        None
     }
 
     /// Vacates every node of the detached `list`, pushing the values onto `out`.

@@ -65,6 +65,8 @@ enum Op {
     Step(u64, usize),
     /// Poll at `next_expiration()` until something comes out.
     RunToNext,
+    /// Stage coarse slots ahead with this budget and horizon (no entry may come out).
+    Stage(usize, u64),
 }
 
 fn distance() -> impl Strategy<Value = u64> {
@@ -93,6 +95,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => distance().prop_map(Op::Backward),
         3 => (distance(), 0..20usize).prop_map(|(d, b)| Op::Step(d, b)),
         2 => Just(Op::RunToNext),
+        3 => (0..50usize, distance()).prop_map(|(b, h)| Op::Stage(b, h)),
     ]
 }
 
@@ -230,6 +233,7 @@ impl Run {
     }
 
     fn check(&self) {
+        super::tests::check_invariants(&self.wheel);
         assert_eq!(self.wheel.len(), self.reference.len());
         assert_eq!(self.wheel.is_empty(), self.reference.is_empty());
         let now = self.wheel.now();
@@ -269,6 +273,10 @@ impl Run {
                 self.poll_bounded(now.saturating_add(d), budget);
             }
             Op::RunToNext => self.run_to_next(),
+            Op::Stage(budget, horizon) => {
+                let moved = self.wheel.stage_ahead(budget, horizon);
+                assert!(moved <= budget);
+            }
         }
         self.check();
     }

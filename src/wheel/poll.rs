@@ -83,7 +83,9 @@ impl<T> Wheel<T> {
                 Some((level, slot, start)) if start <= target => {
                     // Nothing is due before `start`, so the cursor may stand there.
                     self.cursor = start;
-                    let list = self.levels[level].take_slot(slot);
+                    self.unstage(level, slot);
+                    let buffer = self.live_buffer(level);
+                    let list = self.levels[level][buffer].take_slot(slot);
                     self.cascading = Cascade { list, level, slot };
                 }
                 _ => break,
@@ -147,7 +149,7 @@ impl<T> Wheel<T> {
         if !self.cascading.list.is_empty() {
             let (level, slot) = (self.cascading.level, self.cascading.slot);
             assert!(
-                !self.levels[level].is_occupied(slot),
+                !self.live_level(level).is_occupied(slot),
                 "cascading slot still linked"
             );
             assert_eq!(super::bits::slot_for(self.cursor, level), slot);
