@@ -417,7 +417,10 @@ fn periodic<T: Timer>(timer: &T, k: u64, run_for: Duration) -> Figures {
 /// W6: one task at 1 h, then sleep `idle_for`: what does an idle pool cost?
 fn idle<T: Timer>(timer: &T, idle_for: Duration) -> Figures {
     // Let the threads finish starting up: their start is not idleness.
-    thread::sleep(Duration::from_millis(200));
+    thread::sleep(Duration::from_millis(100));
+    let lone = lone_timers(timer);
+    // Let the threads go back to sleep after the lone timers.
+    thread::sleep(Duration::from_millis(100));
     let handle = timer.schedule(bump, Duration::from_secs(3600));
     let before = Snapshot::take();
     thread::sleep(idle_for);
@@ -426,7 +429,31 @@ fn idle<T: Timer>(timer: &T, idle_for: Duration) -> Figures {
     vec![
         ("cpu_ms", after.cpu_ms_since(&before)),
         ("wakeups", after.switches_since(&before) as f64),
+        ("lone_p50_us", lone[0]),
+        ("lone_p99_us", lone[1]),
     ]
+}
+
+/// Before W6's idle window: `LONE` timers one at a time on the idle pool, each 1-2 ms out and
+/// waited for before the next is set. Returns their lateness p50 and p99 in microseconds: what
+/// a lone timeout or heartbeat sees.
+fn lone_timers<T: Timer>(timer: &T) -> [f64; 2] {
+    const LONE: u64 = 100;
+    let delays = uniform_delays(LONE, Duration::from_millis(1), Duration::from_millis(2));
+    let mut late = Vec::with_capacity(delays.len());
+    for delay in delays {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let deadline = Instant::now() + delay;
+        let _handle = timer.schedule(move || tx.send(Instant::now()).unwrap_or(()), delay);
+        let ran = rx.recv_timeout(WAIT_LIMIT).expect("a lone timer never ran");
+        late.push(match ran.checked_duration_since(deadline) {
+            Some(d) => saturating_ns(d),
+            None => -saturating_ns(deadline - ran),
+        });
+    }
+    late.sort_unstable();
+    let us = |ns: i64| ns as f64 / 1e3;
+    [us(percentile(&late, 50)), us(percentile(&late, 99))]
 }
 
 /// Counts task runs process-wide and wakes the waiter when a target is reached.
