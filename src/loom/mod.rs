@@ -38,7 +38,7 @@ use crate::pool::model::{self, Config, Core, Parts};
 use crate::sync::{Arc, Worker};
 use crate::task::periodic::{Periodic, Plan};
 use crate::task::state::End;
-use crate::task::{Header, OneShot, RunEnv, TaskCell, TaskRef};
+use crate::task::{OneShot, RunEnv, TaskCell, TaskInfo, TaskRef};
 use crate::timer::driver::Driver;
 use crate::timer::Clock;
 use crate::ScheduledFuture;
@@ -183,7 +183,7 @@ impl RunEnv for BareEnv {
     fn stopping(&self) -> bool {
         self.stopping
     }
-    fn report_panic(&self, _task: &Header, _payload: Box<dyn Any + Send>) -> String {
+    fn report_panic(&self, _task: TaskInfo, _payload: Box<dyn Any + Send>) -> String {
         "panicked".to_owned()
     }
     fn run_ending(&self, _end: End, _ran_ok: bool) {}

@@ -8,7 +8,7 @@ use super::lifecycle::Lifecycle;
 use super::queues::Taking;
 use crate::panic::panic_message;
 use crate::task::state::End;
-use crate::task::{Header, RunEnv, RunOutcome, TaskRef};
+use crate::task::{RunEnv, RunOutcome, TaskInfo, TaskRef};
 use std::any::Any;
 
 /// Runs one task on the calling thread and does the bookkeeping for what became of it.
@@ -85,13 +85,12 @@ impl RunEnv for Run<'_> {
         core.task_ended();
     }
 
-    fn report_panic(&self, task: &Header, payload: Box<dyn Any + Send>) -> String {
+    fn report_panic(&self, task: TaskInfo, payload: Box<dyn Any + Send>) -> String {
         self.core.counters.panicked();
         let message = panic_message(&*payload);
         // The handler reads the task with `TaskInfo::panicking` (its signature stays one
         // argument); the name is cloned on this path only, never for a run that returns.
-        task.info()
-            .while_panicking(|| self.core.panics.report(payload));
+        task.while_panicking(|| self.core.panics.report(payload));
         message
     }
 
