@@ -30,7 +30,8 @@
 //!   shutdown wakes the driver so it can see `outstanding == 0` and let the pool terminate.
 
 use super::config::Config;
-use super::counters::Counters;
+use super::counters::{Counters, PoolStats};
+use super::lateness::Lateness;
 use super::lifecycle::{AtomicLifecycle, Lifecycle};
 use super::queues::ReadyQueues;
 use super::shutdown::Termination;
@@ -85,6 +86,8 @@ pub(crate) struct Core {
     lifecycle: AtomicLifecycle,
     /// Written by every schedule, run and task end, each thread in its own cell.
     pub(crate) counters: Counters,
+    /// How late runs start, per worker.
+    pub(crate) lateness: Lateness,
     /// Per timer shard, the reference a future keeps to this core (`CoreRef`): weak here, owned
     /// by the pool, so futures made on different threads bump different counts.
     refs: OnceLock<Box<[Weak<CoreRef>]>>,
@@ -129,6 +132,7 @@ impl Core {
         let core = Arc::new(Core {
             id,
             counters: Counters::new(timer.shard_count()),
+            lateness: Lateness::new(config.workers),
             refs: OnceLock::new(),
             timer,
             queues,
@@ -166,6 +170,22 @@ impl Core {
 
     pub(crate) fn outstanding(&self) -> usize {
         self.counters.outstanding()
+    }
+
+    /// The counters, the lateness distribution and the queue depths (`PoolStats`' docs).
+    pub(crate) fn stats(&self) -> PoolStats {
+        let mut stats = self.counters.stats();
+        let late = self.lateness.summary();
+        stats.lateness_count = late.count;
+        stats.lateness_p50 = late.p50;
+        stats.lateness_p99 = late.p99;
+        stats.lateness_max = late.max;
+        // One shard lock at a time, each held for a read of a length.
+        stats.waiting_in_wheels = (self.timer.shards.iter())
+            .map(|cell| cell.lock().wheel.len())
+            .sum();
+        stats.ready_in_queues = self.queues.ready();
+        stats
     }
 
     /// The reference a future made on this thread keeps; `None` once the pool is gone.

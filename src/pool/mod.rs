@@ -19,6 +19,7 @@
 //! sleep.rs     how idle workers sleep and wake
 //! shutdown.rs  what the timer thread hands back, and termination
 //! counters.rs  the per-thread counters behind PoolStats
+//! lateness.rs  the per-worker lateness histograms behind PoolStats
 //! lifecycle.rs the pool's typed atomic lifecycle
 //! ```
 //!
@@ -33,6 +34,7 @@ mod core;
 mod counters;
 mod future;
 mod handle;
+mod lateness;
 mod lifecycle;
 mod link;
 mod queues;
@@ -272,7 +274,9 @@ impl ScheduledThreadPool {
         self.core().termination.is_terminated()
     }
 
-    /// The pool's counters.
+    /// The pool's counters, how late runs started (p50, p99, max) and how many tasks wait in
+    /// the wheels and in the ready queues: see [`PoolStats`]. Costs a walk over every worker's
+    /// lateness buckets (4 KB each) and a short lock of each timer shard.
     ///
     /// # Examples
     ///
@@ -282,7 +286,7 @@ impl ScheduledThreadPool {
     /// assert_eq!(pool.stats().completed, 1);
     /// ```
     pub fn stats(&self) -> PoolStats {
-        self.core().counters.stats()
+        self.core().stats()
     }
 }
 

@@ -8,7 +8,7 @@ use super::lifecycle::Lifecycle;
 use super::queues::Taking;
 use crate::panic::panic_message;
 use crate::task::state::End;
-use crate::task::{RunEnv, RunOutcome, TaskInfo, TaskRef};
+use crate::task::{Header, RunEnv, RunOutcome, TaskInfo, TaskRef};
 use std::any::Any;
 
 /// Runs one task on the calling thread and does the bookkeeping for what became of it.
@@ -92,6 +92,12 @@ impl RunEnv for Run<'_> {
         // argument); the name is cloned on this path only, never for a run that returns.
         task.while_panicking(|| self.core.panics.report(payload));
         message
+    }
+
+    fn run_starts(&self, task: &Header) -> Option<u64> {
+        let late = task.lateness(self.now_nanos())?;
+        self.core.lateness.record(late);
+        Some(late)
     }
 
     fn claim_decided(&self) {

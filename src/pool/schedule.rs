@@ -90,8 +90,8 @@ where
     // Due now: it never enters a wheel, so any shard will do.
     let job = OneShot::new(f);
     let raw: TaskRef = match opts.name {
-        None => Arc::new(TaskCell::new(job, NOW.deadline, 0)),
-        Some(name) => Arc::new(TaskCell::named(job, NOW.deadline, 0, name)),
+        None => Arc::new(TaskCell::new(job, NOW.deadline, 0).unplanned()),
+        Some(name) => Arc::new(TaskCell::named(job, NOW.deadline, 0, name).unplanned()),
     };
     core.schedule(&raw, NOW.now)
 }

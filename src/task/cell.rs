@@ -62,6 +62,12 @@ impl<J: Job> TaskCell<J, Name> {
 }
 
 impl<J: Job, N: NameSlot> TaskCell<J, N> {
+    /// The same task, with no planned time (`execute`): its runs' lateness is not measured.
+    pub(crate) fn unplanned(mut self) -> Self {
+        self.header.set_unplanned();
+        self
+    }
+
     fn with_name(job: J, deadline: u64, shard: u16, name: N) -> Self {
         TaskCell {
             header: Header::new(deadline, job.kind(), shard),
@@ -170,6 +176,7 @@ impl<J: Job, N: NameSlot> RawTask for TaskCell<J, N> {
             return RunOutcome::NotStarted;
         }
         let mut job = self.take_job();
+        let _late = env.run_starts(&self.header);
         env.claim_decided(); // the last thing before user code: the run starts now
         let result = catch_unwind(AssertUnwindSafe(|| job.call()))
             .map_err(|p| env.report_panic(self.info(), p));

@@ -50,6 +50,12 @@ pub(crate) trait RunEnv {
     /// `ran_ok` says that run returned normally. Called before the future completes, so the
     /// pool's counters already agree when `join` returns.
     fn run_ending(&self, end: state::End, ran_ok: bool);
+    /// A run of `task` starts (its CAS won; its closure is called next): the pool records how
+    /// late it is and returns that lateness in nanoseconds (`None`: the task has no planned
+    /// time, or this environment does not measure it).
+    fn run_starts(&self, _task: &Header) -> Option<u64> {
+        None
+    }
     /// The task's fate is decided: its `SCHEDULED -> RUNNING` CAS won (called just before the
     /// closure is called, after the run's own bookkeeping), or it will not start. A worker
     /// lowers its `taking` flag here, which `shutdown_now` waits for. May be called more than
@@ -111,7 +117,8 @@ pub(crate) struct Header {
     pub(crate) state: state::State,
     /// How its runs are planned (never changes).
     kind: TaskKind,
-    /// The timer shard whose wheel takes this task (never changes; a pool has at most 64).
+    /// The timer shard whose wheel takes this task (never changes; a pool has at most 64),
+    /// and [`UNPLANNED`] if the task has no planned time (`execute`).
     shard: u8,
     /// Unique among the last 2^40 tasks of the process (never changes): see `PackedId`.
     id: PackedId,
@@ -125,10 +132,15 @@ pub(crate) struct Header {
 /// `wheel_key` when the task is not in the wheel.
 pub(crate) const NO_KEY: u64 = u64::MAX;
 
+/// A bit of `Header::shard`: the task has no planned time (`execute`: its deadline 0 only
+/// means "now", with no clock read), so its run's lateness is not measured.
+const UNPLANNED: u8 = 0x80;
+
 impl Header {
     pub(crate) fn new(deadline: u64, kind: TaskKind, shard: u16) -> Self {
-        let Ok(shard) = u8::try_from(shard) else {
-            crate::panic::broken_invariant("a timer shard index above 255");
+        let shard = match u8::try_from(shard) {
+            Ok(shard) if shard & UNPLANNED == 0 => shard,
+            _ => crate::panic::broken_invariant("a timer shard index above 127"),
         };
         Header {
             state: state::State::new(),
@@ -167,7 +179,18 @@ impl Header {
 
     /// The timer shard whose wheel takes this task.
     pub(crate) fn shard(&self) -> u16 {
-        u16::from(self.shard)
+        u16::from(self.shard & !UNPLANNED)
+    }
+
+    /// The task has no planned time (`execute`): see [`UNPLANNED`].
+    pub(crate) fn set_unplanned(&mut self) {
+        self.shard |= UNPLANNED;
+    }
+
+    /// How late a run starting at `now` (nanoseconds since the origin) is against its planned
+    /// start; `None` for a task with no planned time.
+    pub(crate) fn lateness(&self, now: u64) -> Option<u64> {
+        (self.shard & UNPLANNED == 0).then(|| now.saturating_sub(self.deadline()))
     }
 
     pub(crate) fn wheel_key(&self) -> u64 {
