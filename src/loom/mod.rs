@@ -229,7 +229,19 @@ pub(super) struct ModelPool {
 impl ModelPool {
     /// A core for `workers` workers (their loops run only when a model calls `run_worker`).
     pub(super) fn new(workers: usize) -> Self {
-        let Parts { core, refs, deques } = Core::new(Config::new(workers, Clock::System, TICK));
+        Self::with_config(Config::new(workers, Clock::System, TICK))
+    }
+
+    /// The same, with a graceful shutdown that keeps `keep` (the builder's policy).
+    pub(super) fn keeping(workers: usize, keep: crate::timer::Keep) -> Self {
+        Self::with_config(Config {
+            keep_at_shutdown: keep,
+            ..Config::new(workers, Clock::System, TICK)
+        })
+    }
+
+    fn with_config(config: Config) -> Self {
+        let Parts { core, refs, deques } = Core::new(config);
         ModelPool {
             _refs: refs,
             core,

@@ -40,7 +40,7 @@ use crate::panic::PanicReporter;
 use crate::sync::{fence, Arc, CachePadded, OnceLock, Ordering, Weak, Worker};
 use crate::task::state::End;
 use crate::task::{Cancelled, MissedTicks, PendingTask, Stop, Stopped, TaskRef};
-use crate::timer::{ClockListener, Host, PoolId, TimeBase, Timer};
+use crate::timer::{ClockListener, Host, Keep, PoolId, TimeBase, Timer};
 
 /// Where a task that goes into a wheel or a ready queue comes from; it decides how a refusal
 /// by a shutdown is counted (`PoolStats` stays exact: a refused schedule is not a cancel).
@@ -96,6 +96,8 @@ pub(crate) struct Core {
     pub(crate) panics: PanicReporter,
     /// The pool's default for fixed-rate tasks that do not choose their own.
     pub(crate) missed_ticks: MissedTicks,
+    /// Which waiting tasks a graceful shutdown keeps (the builder's policy).
+    pub(crate) keep: Keep,
     /// Hand-back and live threads (`await_termination`).
     pub(crate) termination: Termination,
 }
@@ -140,6 +142,7 @@ impl Core {
             max_pending: config.max_pending,
             panics: PanicReporter::new(config.panic_handler),
             missed_ticks: config.missed_ticks,
+            keep: config.keep_at_shutdown,
             termination: Termination::new(config.workers + 1),
         });
         if let Some(clock) = core.timer.time.clock.manual() {
@@ -340,14 +343,22 @@ impl Core {
         self.timer.reset(task, deadline, || task.rebase(deadline))
     }
 
-    /// Stops a waiting task for `shutdown_now`; its closure, if this call won it.
-    fn take_back(&self, task: &TaskRef) -> Option<PendingTask> {
-        match self.stop(task, Stop::ShutdownNow, Counted::Cancelled) {
+    /// Stops a waiting task for `shutdown_now` (`Stop::ShutdownNow`) or for a graceful
+    /// shutdown that hands it back (`Stop::HandBackAtShutdown`); its closure, if this call won
+    /// it.
+    fn take_back(&self, task: &TaskRef, why: Stop) -> Option<PendingTask> {
+        match self.stop(task, why, Counted::Cancelled) {
             Stopped::HandedBack(pending) => {
                 Some(pending.place(|nanos| self.timer.time.instant_of(nanos)))
             }
             Stopped::NotWaiting | Stopped::Ended => None,
         }
+    }
+
+    /// True if a periodic task stops at a graceful shutdown (the default), rather than going on
+    /// until it is cancelled or `shutdown_now` is called.
+    pub(crate) fn periodic_stops_at_shutdown(&self) -> bool {
+        !self.keep.periodic
     }
 
     /// Stops a waiting task because the pool is shutting down; true if this call won it.
@@ -371,7 +382,8 @@ impl Core {
 
     // ---- shutdown ---------------------------------------------------------------------------
 
-    /// No new tasks; what is waiting still runs, periodic tasks stop.
+    /// No new tasks; waiting one-shots run or are handed back, periodic tasks stop or go on,
+    /// as the builder chose (`keep`).
     pub(crate) fn shutdown(&self) {
         self.lifecycle.shutdown();
         self.timer.wake();
@@ -393,7 +405,7 @@ impl Core {
         // batch half way from the injector into its deque): see `ReadyQueues::quiesce`.
         self.queues.quiesce();
         self.queues
-            .drain(|task| taken.extend(self.take_back(&task)));
+            .drain(|task| taken.extend(self.take_back(&task, Stop::ShutdownNow)));
         taken
     }
 
@@ -440,8 +452,24 @@ impl Host for Core {
     }
 
     fn hand_back(&self, tasks: Vec<TaskRef>) {
-        let taken: Vec<PendingTask> = tasks.iter().filter_map(|t| self.take_back(t)).collect();
-        self.termination.hand_back(taken);
+        let taken = tasks
+            .iter()
+            .filter_map(|t| self.take_back(t, Stop::ShutdownNow));
+        self.termination.hand_back(taken.collect());
+    }
+
+    fn keep_at_shutdown(&self) -> Keep {
+        self.keep
+    }
+
+    fn hand_back_at_shutdown(&self, tasks: Vec<TaskRef>) {
+        if tasks.is_empty() {
+            return;
+        }
+        let taken = tasks
+            .iter()
+            .filter_map(|t| self.take_back(t, Stop::HandBackAtShutdown));
+        self.termination.hand_back(taken.collect());
     }
 
     fn drained(&self) -> bool {

@@ -16,7 +16,10 @@ use std::any::Any;
 /// decided (`None`: a loom model's bare step, which holds no flag).
 pub(crate) fn run_task(core: &Core, task: &TaskRef, taking: Option<&Taking<'_>>) {
     let run = Run { core, taking };
-    if task.header().is_periodic() && core.lifecycle() == Lifecycle::Shutdown {
+    if task.header().is_periodic()
+        && core.periodic_stops_at_shutdown()
+        && core.lifecycle() == Lifecycle::Shutdown
+    {
         // Graceful shutdown while queued: a periodic task that had not started does not
         // start. Not under `ShutdownNow`: there a task this worker took before
         // `shutdown_now`'s sweep runs (it was not there to be handed back; `shutdown_now`
@@ -70,9 +73,12 @@ impl RunEnv for Run<'_> {
     }
 
     fn stopping(&self) -> bool {
-        // SeqCst (in `is_running`): pairs with the lifecycle stores in `shutdown` and
-        // `shutdown_now`.
-        !self.core.lifecycle_cell().is_running()
+        // SeqCst (in `load`): pairs with the lifecycle stores in `shutdown` and `shutdown_now`.
+        match self.core.lifecycle() {
+            Lifecycle::Running => false,
+            Lifecycle::Shutdown => self.core.periodic_stops_at_shutdown(),
+            Lifecycle::ShutdownNow => true,
+        }
     }
 
     fn run_ending(&self, end: End, ran_ok: bool) {

@@ -237,23 +237,22 @@ impl<J: Job, N: NameSlot> RawTask for TaskCell<J, N> {
     fn stop(&self, why: Stop) -> Stopped {
         let (to, err) = match why {
             Stop::ShutdownNow => (End::Cancelled, TaskError::Cancelled),
-            Stop::Shutdown => (End::Shutdown, TaskError::Shutdown),
+            Stop::Shutdown | Stop::HandBackAtShutdown => (End::Shutdown, TaskError::Shutdown),
         };
         if !self.header.state.end_waiting(to) {
             return Stopped::NotWaiting;
         }
         let (job, waker) = self.finish_waiting(Err(err));
-        let stopped = match why {
-            Stop::ShutdownNow => Stopped::HandedBack(PendingTask::new(
-                self.info(),
-                self.header.deadline(),
-                job.into_run(),
-            )),
-            Stop::Shutdown => {
-                drop_user(job);
-                Stopped::Ended
-            }
-        };
+        let stopped =
+            match why {
+                Stop::ShutdownNow | Stop::HandBackAtShutdown => Stopped::HandedBack(
+                    PendingTask::new(self.info(), to, self.header.deadline(), job.into_run()),
+                ),
+                Stop::Shutdown => {
+                    drop_user(job);
+                    Stopped::Ended
+                }
+            };
         wake(waker);
         stopped
     }

@@ -96,6 +96,9 @@ pub(crate) enum Stop {
     /// A periodic task at shutdown, or a task the pool could not accept after all: it ends
     /// `Shutdown` and its closure is dropped.
     Shutdown,
+    /// A one-shot that a graceful shutdown hands back (the pool's policy): it ends `Shutdown`
+    /// and its closure goes back to the user.
+    HandBackAtShutdown,
 }
 
 /// What the pool's stop did to a task.
@@ -103,7 +106,8 @@ pub(crate) enum Stop {
 pub(crate) enum Stopped {
     /// It was not waiting (running, finished, or someone else won it): nothing changed.
     NotWaiting,
-    /// [`Stop::ShutdownNow`] won it: it ended `Cancelled`; here is its closure for the caller.
+    /// [`Stop::ShutdownNow`] or [`Stop::HandBackAtShutdown`] won it: it ended `Cancelled` or
+    /// `Shutdown`; here is its closure for the caller.
     HandedBack(PendingTask),
     /// [`Stop::Shutdown`] won it: it ended `Shutdown`; its closure was dropped.
     Ended,
