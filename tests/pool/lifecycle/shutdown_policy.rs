@@ -299,3 +299,30 @@ fn the_default_policy_runs_waiting_one_shots_and_stops_periodic_ones() {
     assert_eq!(*seen.lock().unwrap(), ["one-shot"]);
     assert!(pool.take_handed_back().is_empty());
 }
+
+#[test]
+fn on_a_manual_clock_a_handed_back_task_never_runs_and_a_due_one_does() {
+    let clock = wheelpool::ManualClock::new();
+    let pool = ScheduledThreadPool::builder()
+        .threads(1)
+        .clock(clock.clone())
+        .execute_delayed_after_shutdown(false)
+        .build()
+        .unwrap();
+    let ms = Duration::from_millis;
+    let waiting = pool.schedule(|| "waited", ms(10)).unwrap();
+    let due = pool.schedule(|| "due", ms(0)).unwrap();
+    pool.shutdown();
+    clock.advance(ms(20));
+    assert!(pool.await_termination(LONG));
+    assert_eq!(due.join(), Ok("due"));
+    assert_eq!(waiting.join(), Err(TaskError::Shutdown));
+    let handed = pool.take_handed_back();
+    assert_eq!(handed.len(), 1);
+    assert_eq!(handed[0].deadline(), Some(clock.now() - ms(10)));
+    assert!(
+        format!("{:?}", handed[0]).contains("Shutdown"),
+        "{:?}",
+        handed[0]
+    );
+}
