@@ -385,6 +385,7 @@ impl Core {
     /// No new tasks; waiting one-shots run or are handed back, periodic tasks stop or go on,
     /// as the builder chose (`keep`).
     pub(crate) fn shutdown(&self) {
+        crate::trace::shutdown(self.keep.one_shots, self.keep.periodic);
         self.lifecycle.shutdown();
         self.timer.wake();
     }
@@ -406,6 +407,15 @@ impl Core {
         self.queues.quiesce();
         self.queues
             .drain(|task| taken.extend(self.take_back(&task, Stop::ShutdownNow)));
+        crate::trace::shutdown_now(taken.len());
+        trace_handed_back(&taken);
+        taken
+    }
+
+    /// What a graceful shutdown has handed back so far (`take_handed_back`).
+    pub(crate) fn take_handed_back(&self) -> Vec<PendingTask> {
+        let taken = self.termination.take_handed_back_now();
+        trace_handed_back(&taken);
         taken
     }
 
@@ -427,6 +437,14 @@ impl Core {
 
     pub(crate) fn is_shutdown(&self) -> bool {
         !self.lifecycle.is_running()
+    }
+}
+
+/// One `task handed back` event per task leaving the pool for the caller (see `trace.rs`);
+/// without the `tracing` feature the event is an empty inlined call and the loop goes with it.
+fn trace_handed_back(tasks: &[PendingTask]) {
+    for t in tasks {
+        crate::trace::handed_back(t.id(), t.name(), t.kind().label(), t.state_label());
     }
 }
 

@@ -297,7 +297,7 @@ impl ScheduledThreadPool {
     /// assert_eq!(pool.stats().cancelled, 3);
     /// ```
     pub fn take_handed_back(&self) -> Vec<PendingTask> {
-        self.core().termination.take_handed_back_now()
+        self.core().take_handed_back()
     }
 
     /// True once [`shutdown`](Self::shutdown) or [`shutdown_now`](Self::shutdown_now) was called.

@@ -94,6 +94,7 @@ impl RunEnv for Run<'_> {
     fn report_panic(&self, task: TaskInfo, payload: Box<dyn Any + Send>) -> String {
         self.core.counters.panicked();
         let message = panic_message(&*payload);
+        crate::trace::panicked(task.id(), task.name(), task.kind().label(), &message);
         // The handler reads the task with `TaskInfo::panicking` (its signature stays one
         // argument); the name is cloned on this path only, never for a run that returns.
         task.while_panicking(|| self.core.panics.report(payload));

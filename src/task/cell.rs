@@ -176,7 +176,9 @@ impl<J: Job, N: NameSlot> RawTask for TaskCell<J, N> {
             return RunOutcome::NotStarted;
         }
         let mut job = self.take_job();
-        let _late = env.run_starts(&self.header);
+        let late = env.run_starts(&self.header);
+        let (id, name, kind) = (self.header.id(), self.name(), self.header.kind().label());
+        let _span = crate::trace::run(id, name.map(|n| n.as_str()), kind, late);
         env.claim_decided(); // the last thing before user code: the run starts now
         let result = catch_unwind(AssertUnwindSafe(|| job.call()))
             .map_err(|p| env.report_panic(self.info(), p));

@@ -50,6 +50,18 @@ impl TaskKind {
     pub fn is_periodic(self) -> bool {
         self != TaskKind::OneShot
     }
+
+    /// The kind's name, as its `Debug` writes it (for tracing's fields).
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            TaskKind::OneShot => "OneShot",
+            TaskKind::FixedRate => "FixedRate",
+            TaskKind::FixedDelay => "FixedDelay",
+            TaskKind::DynamicDelay => "DynamicDelay",
+            TaskKind::DynamicRate => "DynamicRate",
+            TaskKind::Cron => "Cron",
+        }
+    }
 }
 
 /// A task's name, shared by every task scheduled from one options value (a clone of a

@@ -84,6 +84,15 @@ impl PendingTask {
         }
     }
 
+    /// How its task ended, by name: `Cancelled` (`shutdown_now`) or `Shutdown` (a graceful
+    /// shutdown's hand-back).
+    pub(crate) fn state_label(&self) -> &'static str {
+        match self.end {
+            End::Shutdown => "Shutdown",
+            _ => "Cancelled",
+        }
+    }
+
     /// Places the planned run on the pool's clock: `instant_of` turns nanoseconds since the
     /// origin into an instant. A run planned for "never" keeps no deadline.
     pub(crate) fn place(mut self, instant_of: impl FnOnce(u64) -> Instant) -> Self {
