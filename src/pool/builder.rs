@@ -365,21 +365,14 @@ impl Builder {
         self
     }
 
-    /// What a graceful [`shutdown`](ScheduledThreadPool::shutdown) does with one-shot tasks still
-    /// waiting for their time: `true` (the default) runs them at their time, as Java's
-    /// `setExecuteExistingDelayedTasksAfterShutdownPolicy(true)`; `false` hands them back at
-    /// once: each such task ends [`TaskError::Shutdown`](crate::TaskError::Shutdown) without
-    /// running, is counted in [`PoolStats::cancelled`](crate::PoolStats::cancelled), and its
-    /// closure is kept for the caller as a [`PendingTask`](crate::PendingTask), collected with
-    /// [`take_handed_back`](ScheduledThreadPool::take_handed_back) (or returned by a later
-    /// [`shutdown_now`](ScheduledThreadPool::shutdown_now)). So a 24-hour job no longer holds
-    /// [`await_termination`](ScheduledThreadPool::await_termination) up.
-    ///
-    /// A one-shot already due when the shutdown comes (waiting for a worker, or due and not yet
-    /// taken out of its wheel) still runs under both policies, as in Java: what is handed back
-    /// is what still had a delay to wait. Named, and given a `bool`, after Java's two policies
-    /// so that a reader who knows `ScheduledThreadPoolExecutor` finds them; each reads as a
-    /// sentence at the call site.
+    /// What a graceful [`shutdown`](ScheduledThreadPool::shutdown) does with one-shots still
+    /// waiting for their time: `true` (the default) runs them then, as Java's
+    /// `setExecuteExistingDelayedTasksAfterShutdownPolicy`; `false` hands them back at once:
+    /// each ends [`TaskError::Shutdown`](crate::TaskError::Shutdown) without running (counted in
+    /// [`PoolStats::cancelled`](crate::PoolStats::cancelled)) and its closure waits for
+    /// [`take_handed_back`](ScheduledThreadPool::take_handed_back) (or a later `shutdown_now`),
+    /// so a 24-hour job no longer holds `await_termination` up. A one-shot already due when the
+    /// shutdown comes runs under both policies, as in Java.
     ///
     /// # Examples
     ///
@@ -400,31 +393,25 @@ impl Builder {
     /// assert_eq!(handed_back.len(), 1);
     /// assert_eq!(handed_back[0].name(), Some("nightly"));
     /// ```
+    // Both policies are named, and take a `bool`, after Java's, so a reader who knows
+    // `ScheduledThreadPoolExecutor` finds them; each reads as a sentence at the call site.
     pub fn execute_delayed_after_shutdown(mut self, run: bool) -> Self {
         self.keep_at_shutdown.one_shots = run;
         self
     }
 
     /// What a graceful [`shutdown`](ScheduledThreadPool::shutdown) does with periodic tasks
-    /// (fixed rate, fixed delay, dynamic, calendar): `false` (the default) stops each after its
-    /// current run, or before its next one, and its future ends
+    /// (fixed rate or delay, dynamic, calendar): `false` (the default) stops each after its
+    /// current run or before its next, its future ending
     /// [`TaskError::Shutdown`](crate::TaskError::Shutdown), as Java's
-    /// `setContinueExistingPeriodicTasksAfterShutdownPolicy(false)`; `true` lets them go on
-    /// running at their times until each is cancelled, ends itself (a dynamic task's last
-    /// run), panics, or [`shutdown_now`](ScheduledThreadPool::shutdown_now) stops them (then
-    /// they end as any task does there: handed back, or `Shutdown` after a run in progress).
-    ///
-    /// [`await_termination`](ScheduledThreadPool::await_termination) waits for them: a pool
-    /// whose periodic tasks go on terminates only once the last of them has ended. New
-    /// schedules fail with [`ScheduleError::Shutdown`](crate::ScheduleError::Shutdown) all
-    /// the same.
+    /// `setContinueExistingPeriodicTasksAfterShutdownPolicy`; `true` lets them go on until each
+    /// is cancelled, ends itself, panics, or [`shutdown_now`](ScheduledThreadPool::shutdown_now)
+    /// stops it. [`await_termination`](ScheduledThreadPool::await_termination) waits for them.
     ///
     /// # Examples
     ///
     /// ```
     /// use wheelpool::{ScheduledThreadPool, TaskError};
-    /// use std::sync::atomic::{AtomicUsize, Ordering};
-    /// use std::sync::Arc;
     /// use std::time::Duration;
     ///
     /// let pool = ScheduledThreadPool::builder()
@@ -432,16 +419,13 @@ impl Builder {
     ///     .continue_periodic_after_shutdown(true)
     ///     .build()
     ///     .unwrap();
-    /// let beats = Arc::new(AtomicUsize::new(0));
-    /// let b = beats.clone();
+    /// let (tx, beats) = std::sync::mpsc::channel();
     /// let ms = Duration::from_millis(1);
-    /// let heartbeat = pool
-    ///     .schedule_at_fixed_rate(move || { b.fetch_add(1, Ordering::SeqCst); }, ms, ms)
-    ///     .unwrap();
+    /// let heartbeat = pool.schedule_at_fixed_rate(move || tx.send(()).unwrap(), ms, ms).unwrap();
     /// pool.shutdown();
-    /// let after_shutdown = beats.load(Ordering::SeqCst);
-    /// while beats.load(Ordering::SeqCst) < after_shutdown + 3 {
-    ///     std::thread::yield_now(); // it goes on beating
+    /// while beats.try_recv().is_ok() {} // the beats before the shutdown
+    /// for _ in 0..3 {
+    ///     beats.recv_timeout(Duration::from_secs(30)).unwrap(); // it goes on beating
     /// }
     /// assert!(!pool.await_termination(Duration::from_millis(1)), "waits for the heartbeat");
     /// assert!(heartbeat.cancel());
