@@ -33,9 +33,9 @@ use crate::sync::{AtomicU64, AtomicUsize, CachePadded, Ordering};
 ///
 /// The percentiles are exact below 8 ns and otherwise come from log-linear buckets: a reported
 /// percentile is never below the true one and above it by less than 1/8 of it (10 ms reads as
-/// at most 11.25 ms), and never above `lateness_max`, which is exact. With a [`ManualClock`]
-/// (time moves only when told) they are therefore exact for values that share a bucket with
-/// nothing else, as in the example below.
+/// at most 11.25 ms), and never above `lateness_max`, which is exact. So a percentile is exact
+/// when it falls on the largest value recorded (or below 8 ns): with a [`ManualClock`], where
+/// time moves only when told, a test can arrange that, as in the example below.
 ///
 /// [`ManualClock`]: crate::ManualClock
 ///
