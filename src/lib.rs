@@ -125,8 +125,28 @@
 //!   time zones.
 //! - With the `postgres` feature, `wheelpool::cluster`: jobs run once per planned run across
 //!   processes (`ClusterJob`, `PgLockStore`, their errors and counters).
+//! - With the `tracing` feature, spans and events (below); no public item of its own.
 //!
 //! The timing wheel, the task cells and the timer shards are the crate's own, not part of it.
+//!
+//! # Tracing
+//!
+//! With the `tracing` feature (`wheelpool = { version = "0.1", features = ["tracing"] }`) the
+//! pool reports through the [`tracing`](https://docs.rs/tracing) crate, under the target
+//! `wheelpool` (filter with `wheelpool=debug`, say). Without it nothing of this is compiled in.
+//!
+//! | what | kind, level | fields |
+//! |---|---|---|
+//! | each run of a task, entered while its closure runs | span `run`, DEBUG | `task.id`, `task.name` (if named), `task.kind` (`OneShot`, `FixedRate`, ...), `lateness_ns` (start minus planned time; not for `execute`) |
+//! | a run panicked | event `task panicked`, ERROR, in the run's span | `task.id`, `task.name`, `task.kind`, `panic` (the message) |
+//! | a fixed-rate run ended with planned runs already past | event `missed ticks`, WARN, in the run's span | `policy` (`Burst`, `Skip`, `Delay`), `missed` (planned runs past), `period_ns` |
+//! | [`shutdown`](ScheduledThreadPool::shutdown) | event `shutdown`, INFO | `execute_delayed`, `continue_periodic` (the policy) |
+//! | [`shutdown_now`](ScheduledThreadPool::shutdown_now) (and dropping the pool) | event `shutdown_now`, INFO | `handed_back` (how many) |
+//! | a task leaves the pool without running (`shutdown_now`, [`take_handed_back`](ScheduledThreadPool::take_handed_back)) | event `task handed back`, DEBUG | `task.id`, `task.name`, `task.kind`, `state` (`Cancelled` or `Shutdown`) |
+//!
+//! The events' text is their `message` field. The timer thread emits nothing (it runs no user
+//! code, and a subscriber is user code): spans and panic and missed-tick events come from the
+//! worker that runs the task, the others from the thread that called the method.
 
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
@@ -144,6 +164,7 @@ mod pool;
 mod sync;
 mod task;
 mod timer;
+mod trace;
 // The timing wheel is the crate's own: not part of the API. The `bench-wheel` feature exposes it
 // (hidden, no stability promise) to the wheel-against-a-heap benchmark in `benches/` only.
 #[cfg(feature = "bench-wheel")]

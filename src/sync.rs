@@ -136,8 +136,11 @@ mod imp {
             }
         }
         fn is_empty(&self) -> bool {
+            self.len() == 0
+        }
+        fn len(&self) -> usize {
             // SeqCst: pairs with the updates in `push_back` and `pop` (no lock taken).
-            self.len.load(Ordering::SeqCst) == 0
+            self.len.load(Ordering::SeqCst)
         }
     }
 
@@ -169,6 +172,9 @@ mod imp {
         }
         pub(crate) fn is_empty(&self) -> bool {
             self.0.is_empty()
+        }
+        pub(crate) fn len(&self) -> usize {
+            self.0.len()
         }
     }
 
@@ -210,6 +216,9 @@ mod imp {
         }
         pub(crate) fn is_empty(&self) -> bool {
             self.0.is_empty()
+        }
+        pub(crate) fn len(&self) -> usize {
+            self.0.len()
         }
     }
 }

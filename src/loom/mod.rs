@@ -38,7 +38,7 @@ use crate::pool::model::{self, Config, Core, Parts};
 use crate::sync::{Arc, Worker};
 use crate::task::periodic::{Periodic, Plan};
 use crate::task::state::End;
-use crate::task::{Header, OneShot, RunEnv, TaskCell, TaskRef};
+use crate::task::{OneShot, RunEnv, TaskCell, TaskInfo, TaskRef};
 use crate::timer::driver::Driver;
 use crate::timer::Clock;
 use crate::ScheduledFuture;
@@ -183,7 +183,7 @@ impl RunEnv for BareEnv {
     fn stopping(&self) -> bool {
         self.stopping
     }
-    fn report_panic(&self, _task: &Header, _payload: Box<dyn Any + Send>) -> String {
+    fn report_panic(&self, _task: TaskInfo, _payload: Box<dyn Any + Send>) -> String {
         "panicked".to_owned()
     }
     fn run_ending(&self, _end: End, _ran_ok: bool) {}
@@ -229,7 +229,19 @@ pub(super) struct ModelPool {
 impl ModelPool {
     /// A core for `workers` workers (their loops run only when a model calls `run_worker`).
     pub(super) fn new(workers: usize) -> Self {
-        let Parts { core, refs, deques } = Core::new(Config::new(workers, Clock::System, TICK));
+        Self::with_config(Config::new(workers, Clock::System, TICK))
+    }
+
+    /// The same, with a graceful shutdown that keeps `keep` (the builder's policy).
+    pub(super) fn keeping(workers: usize, keep: crate::timer::Keep) -> Self {
+        Self::with_config(Config {
+            keep_at_shutdown: keep,
+            ..Config::new(workers, Clock::System, TICK)
+        })
+    }
+
+    fn with_config(config: Config) -> Self {
+        let Parts { core, refs, deques } = Core::new(config);
         ModelPool {
             _refs: refs,
             core,

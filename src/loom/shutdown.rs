@@ -1,13 +1,15 @@
 //! Shutdown racing schedule (`src/pool/core.rs` `admit`/`schedule`/`insert`/`recheck_shutdown_now`/`shutdown_now`,
 //! with the real worker loop and the real timer thread).
 //!
-//! Every task is exactly one of: rejected with `Shutdown`, run, or returned by `shutdown_now`.
+//! Every task is exactly one of: rejected with `Shutdown`, run, or returned by `shutdown_now`
+//! (or, under a graceful shutdown that hands waiting one-shots back, handed back).
 //! None is both, none is neither: a task left queued after `shutdown_now` with its schedule
 //! accepted would never finish, and its future's `join` would block (loom: deadlock).
 
 use super::{assert_dropped_once, model, Count, ModelPool};
 use crate::error::{ScheduleError, TaskError};
 use crate::sync::Arc;
+use crate::timer::{home, Keep};
 use crate::ScheduledFuture;
 use loom::thread;
 
@@ -114,5 +116,47 @@ fn nothing_starts_after_shutdown_now_returns() {
             1,
             "run or handed back, exactly once"
         );
+    });
+}
+
+/// A graceful shutdown that hands waiting one-shots back (`Keep { one_shots: false, .. }`, the
+/// builder's `execute_delayed_after_shutdown(false)`): a one-shot for tick 5 is scheduled from
+/// shard 1 while `shutdown` is called and the real timer thread (`driver::run`) closes each
+/// shard's gate to one-shots (`Closing`), sweeps them out and hands them back. Proves: the task
+/// ends exactly one way (handed back once, its future saying `Shutdown`; or its schedule failed
+/// with `Shutdown`), never runs, leaves no wheel entry, and the driver exits (nothing is left
+/// outstanding), so `await_termination` is not held up by it.
+#[test]
+fn schedule_racing_graceful_hand_back() {
+    model("schedule_racing_graceful_hand_back", || {
+        let (ran, drops) = (Count::new(), Count::new());
+        let keep = Keep {
+            one_shots: false,
+            periodic: false,
+        };
+        let pool = Arc::new(ModelPool::keeping(1, keep));
+        let driver = pool.spawn_driver();
+        let scheduler = {
+            let (pool, task) = (pool.clone(), ran.once(&drops));
+            thread::spawn(move || {
+                home::set(1);
+                pool.schedule(task, 5)
+            })
+        };
+        pool.core.shutdown();
+        let scheduled = scheduler.join().unwrap();
+        driver.join().unwrap();
+        let handed = pool.core.termination.take_handed_back_now();
+        assert_eq!(ran.get(), 0, "nothing is due");
+        assert_eq!(pool.wheel_len(), 0, "a one-shot was left in a wheel");
+        assert_eq!(pool.core.outstanding(), 0);
+        assert_eq!(handed.len() + usize::from(scheduled.is_err()), 1);
+        match scheduled {
+            Ok(future) => assert_eq!(future.join(), Err(TaskError::Shutdown)),
+            Err(e) => assert_eq!(e, ScheduleError::Shutdown),
+        }
+        drop(handed);
+        drop(pool);
+        assert_dropped_once(&drops);
     });
 }

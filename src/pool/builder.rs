@@ -8,7 +8,7 @@ use crate::error::BuildError;
 use crate::panic::PanicHandler;
 use crate::sync::Arc;
 use crate::task::MissedTicks;
-use crate::timer::{Clock, ManualClock};
+use crate::timer::{Clock, Keep, ManualClock};
 use std::any::Any;
 use std::fmt;
 use std::time::Duration;
@@ -53,6 +53,7 @@ pub struct Builder {
     panic_handler: Option<PanicHandler>,
     clock: Option<ManualClock>,
     missed_ticks: MissedTicks,
+    keep_at_shutdown: Keep,
     hooks: ThreadHooks,
 }
 
@@ -110,7 +111,8 @@ impl Builder {
     pub const MAX_TICK: Duration = Duration::from_secs(1);
 
     /// The defaults: one worker per CPU, names `wheelpool-worker-N`, 1 us tick, no bound on
-    /// pending tasks, no panic handler, the system clock, `MissedTicks::Burst`. Same as
+    /// pending tasks, no panic handler, the system clock, `MissedTicks::Burst`, Java's graceful
+    /// shutdown (waiting one-shots run, periodic tasks stop). Same as
     /// [`ScheduledThreadPool::builder`].
     ///
     /// # Examples
@@ -134,6 +136,7 @@ impl Builder {
             panic_handler: None,
             clock: None,
             missed_ticks: MissedTicks::Burst,
+            keep_at_shutdown: Keep::DEFAULT,
             hooks: ThreadHooks::default(),
         }
     }
@@ -366,6 +369,78 @@ impl Builder {
         self
     }
 
+    /// What a graceful [`shutdown`](ScheduledThreadPool::shutdown) does with one-shots still
+    /// waiting for their time: `true` (the default) runs them then, as Java's
+    /// `setExecuteExistingDelayedTasksAfterShutdownPolicy`; `false` hands them back at once:
+    /// each ends [`TaskError::Shutdown`](crate::TaskError::Shutdown) without running (counted in
+    /// [`PoolStats::cancelled`](crate::PoolStats::cancelled)) and its closure waits for
+    /// [`take_handed_back`](ScheduledThreadPool::take_handed_back) (or a later `shutdown_now`),
+    /// so a 24-hour job no longer holds `await_termination` up. A one-shot already due when the
+    /// shutdown comes runs under both policies, as in Java.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::{ScheduledThreadPool, TaskError};
+    /// use std::time::Duration;
+    ///
+    /// let pool = ScheduledThreadPool::builder()
+    ///     .threads(1)
+    ///     .execute_delayed_after_shutdown(false)
+    ///     .build()
+    ///     .unwrap();
+    /// let nightly = pool.task().name("nightly").schedule(|| "ran", Duration::from_secs(24 * 3600)).unwrap();
+    /// pool.shutdown();
+    /// assert!(pool.await_termination(Duration::from_secs(10)), "not held up by the 24 h job");
+    /// assert_eq!(nightly.join(), Err(TaskError::Shutdown));
+    /// let handed_back = pool.take_handed_back();
+    /// assert_eq!(handed_back.len(), 1);
+    /// assert_eq!(handed_back[0].name(), Some("nightly"));
+    /// ```
+    // Both policies are named, and take a `bool`, after Java's, so a reader who knows
+    // `ScheduledThreadPoolExecutor` finds them; each reads as a sentence at the call site.
+    pub fn execute_delayed_after_shutdown(mut self, run: bool) -> Self {
+        self.keep_at_shutdown.one_shots = run;
+        self
+    }
+
+    /// What a graceful [`shutdown`](ScheduledThreadPool::shutdown) does with periodic tasks
+    /// (fixed rate or delay, dynamic, calendar): `false` (the default) stops each after its
+    /// current run or before its next, its future ending
+    /// [`TaskError::Shutdown`](crate::TaskError::Shutdown), as Java's
+    /// `setContinueExistingPeriodicTasksAfterShutdownPolicy`; `true` lets them go on until each
+    /// is cancelled, ends itself, panics, or [`shutdown_now`](ScheduledThreadPool::shutdown_now)
+    /// stops it. [`await_termination`](ScheduledThreadPool::await_termination) waits for them.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::{ScheduledThreadPool, TaskError};
+    /// use std::time::Duration;
+    ///
+    /// let pool = ScheduledThreadPool::builder()
+    ///     .threads(1)
+    ///     .continue_periodic_after_shutdown(true)
+    ///     .build()
+    ///     .unwrap();
+    /// let (tx, beats) = std::sync::mpsc::channel();
+    /// let ms = Duration::from_millis(1);
+    /// let heartbeat = pool.schedule_at_fixed_rate(move || tx.send(()).unwrap(), ms, ms).unwrap();
+    /// pool.shutdown();
+    /// while beats.try_recv().is_ok() {} // the beats before the shutdown
+    /// for _ in 0..3 {
+    ///     beats.recv_timeout(Duration::from_secs(30)).unwrap(); // it goes on beating
+    /// }
+    /// assert!(!pool.await_termination(Duration::from_millis(1)), "waits for the heartbeat");
+    /// assert!(heartbeat.cancel());
+    /// assert!(pool.await_termination(Duration::from_secs(10)));
+    /// assert_eq!(heartbeat.join(), Err(TaskError::Cancelled));
+    /// ```
+    pub fn continue_periodic_after_shutdown(mut self, go_on: bool) -> Self {
+        self.keep_at_shutdown.periodic = go_on;
+        self
+    }
+
     /// Runs `hook` on each worker thread once, before that worker takes any task: per-thread
     /// setup such as a logging context, a metrics registry or CPU affinity. The timer thread
     /// runs no hook (it never runs user code). A hook that blocks keeps `build` from returning.
@@ -496,6 +571,7 @@ impl Builder {
             max_pending: self.max_pending,
             panic_handler: self.panic_handler,
             missed_ticks: self.missed_ticks,
+            keep_at_shutdown: self.keep_at_shutdown,
             ..Config::new(threads, clock, self.tick)
         };
         let Parts { core, refs, deques } = Core::new(config);
@@ -522,6 +598,14 @@ impl fmt::Debug for Builder {
             .field("panic_handler", &self.panic_handler.is_some())
             .field("clock", &self.clock)
             .field("missed_ticks", &self.missed_ticks)
+            .field(
+                "execute_delayed_after_shutdown",
+                &self.keep_at_shutdown.one_shots,
+            )
+            .field(
+                "continue_periodic_after_shutdown",
+                &self.keep_at_shutdown.periodic,
+            )
             .field("hooks", &self.hooks)
             .finish()
     }

@@ -4,7 +4,7 @@
 use super::core::{Core, CoreRef};
 use crate::error::ResetError;
 use crate::sync::Arc;
-use crate::task::TaskRef;
+use crate::task::{RawTask, TaskRef};
 use crate::timer::duration_nanos;
 use std::fmt;
 use std::time::{Duration, Instant};
@@ -166,7 +166,7 @@ impl CancelHandle {
 impl fmt::Debug for CancelHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CancelHandle")
-            .field("task", self.task.header())
+            .field("task", &(&*self.task as &dyn RawTask))
             .finish()
     }
 }

@@ -4,7 +4,7 @@
 
 use crate::panic::PanicHandler;
 use crate::task::MissedTicks;
-use crate::timer::Clock;
+use crate::timer::{Clock, Keep};
 use std::time::Duration;
 
 /// A pool core's settings, already checked.
@@ -19,10 +19,13 @@ pub(crate) struct Config {
     pub(crate) panic_handler: Option<PanicHandler>,
     /// The pool's default for fixed-rate tasks that do not choose their own.
     pub(crate) missed_ticks: MissedTicks,
+    /// Which waiting tasks a graceful shutdown keeps.
+    pub(crate) keep_at_shutdown: Keep,
 }
 
 impl Config {
-    /// `workers` workers on `clock` with `tick`; no bound, no panic handler, `MissedTicks::Burst`.
+    /// `workers` workers on `clock` with `tick`; no bound, no panic handler, `MissedTicks::Burst`,
+    /// Java's graceful shutdown (waiting one-shots run, periodic tasks stop).
     pub(crate) fn new(workers: usize, clock: Clock, tick: Duration) -> Self {
         Config {
             workers,
@@ -31,6 +34,7 @@ impl Config {
             max_pending: None,
             panic_handler: None,
             missed_ticks: MissedTicks::Burst,
+            keep_at_shutdown: Keep::DEFAULT,
         }
     }
 }

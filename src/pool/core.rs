@@ -30,7 +30,8 @@
 //!   shutdown wakes the driver so it can see `outstanding == 0` and let the pool terminate.
 
 use super::config::Config;
-use super::counters::Counters;
+use super::counters::{Counters, PoolStats};
+use super::lateness::Lateness;
 use super::lifecycle::{AtomicLifecycle, Lifecycle};
 use super::queues::ReadyQueues;
 use super::shutdown::Termination;
@@ -39,7 +40,7 @@ use crate::panic::PanicReporter;
 use crate::sync::{fence, Arc, CachePadded, OnceLock, Ordering, Weak, Worker};
 use crate::task::state::End;
 use crate::task::{Cancelled, MissedTicks, PendingTask, Stop, Stopped, TaskRef};
-use crate::timer::{ClockListener, Host, PoolId, TimeBase, Timer};
+use crate::timer::{ClockListener, Host, Keep, PoolId, TimeBase, Timer};
 
 /// Where a task that goes into a wheel or a ready queue comes from; it decides how a refusal
 /// by a shutdown is counted (`PoolStats` stays exact: a refused schedule is not a cancel).
@@ -85,6 +86,8 @@ pub(crate) struct Core {
     lifecycle: AtomicLifecycle,
     /// Written by every schedule, run and task end, each thread in its own cell.
     pub(crate) counters: Counters,
+    /// How late runs start, per worker.
+    pub(crate) lateness: Lateness,
     /// Per timer shard, the reference a future keeps to this core (`CoreRef`): weak here, owned
     /// by the pool, so futures made on different threads bump different counts.
     refs: OnceLock<Box<[Weak<CoreRef>]>>,
@@ -93,6 +96,8 @@ pub(crate) struct Core {
     pub(crate) panics: PanicReporter,
     /// The pool's default for fixed-rate tasks that do not choose their own.
     pub(crate) missed_ticks: MissedTicks,
+    /// Which waiting tasks a graceful shutdown keeps (the builder's policy).
+    pub(crate) keep: Keep,
     /// Hand-back and live threads (`await_termination`).
     pub(crate) termination: Termination,
 }
@@ -129,6 +134,7 @@ impl Core {
         let core = Arc::new(Core {
             id,
             counters: Counters::new(timer.shard_count()),
+            lateness: Lateness::new(config.workers),
             refs: OnceLock::new(),
             timer,
             queues,
@@ -136,6 +142,7 @@ impl Core {
             max_pending: config.max_pending,
             panics: PanicReporter::new(config.panic_handler),
             missed_ticks: config.missed_ticks,
+            keep: config.keep_at_shutdown,
             termination: Termination::new(config.workers + 1),
         });
         if let Some(clock) = core.timer.time.clock.manual() {
@@ -166,6 +173,22 @@ impl Core {
 
     pub(crate) fn outstanding(&self) -> usize {
         self.counters.outstanding()
+    }
+
+    /// The counters, the lateness distribution and the queue depths (`PoolStats`' docs).
+    pub(crate) fn stats(&self) -> PoolStats {
+        let mut stats = self.counters.stats();
+        let late = self.lateness.summary();
+        stats.lateness_count = late.count;
+        stats.lateness_p50 = late.p50;
+        stats.lateness_p99 = late.p99;
+        stats.lateness_max = late.max;
+        // One shard lock at a time, each held for a read of a length.
+        stats.waiting_in_wheels = (self.timer.shards.iter())
+            .map(|cell| cell.lock().wheel.len())
+            .sum();
+        stats.ready_in_queues = self.queues.ready();
+        stats
     }
 
     /// The reference a future made on this thread keeps; `None` once the pool is gone.
@@ -320,14 +343,22 @@ impl Core {
         self.timer.reset(task, deadline, || task.rebase(deadline))
     }
 
-    /// Stops a waiting task for `shutdown_now`; its closure, if this call won it.
-    fn take_back(&self, task: &TaskRef) -> Option<PendingTask> {
-        match self.stop(task, Stop::ShutdownNow, Counted::Cancelled) {
+    /// Stops a waiting task for `shutdown_now` (`Stop::ShutdownNow`) or for a graceful
+    /// shutdown that hands it back (`Stop::HandBackAtShutdown`); its closure, if this call won
+    /// it.
+    fn take_back(&self, task: &TaskRef, why: Stop) -> Option<PendingTask> {
+        match self.stop(task, why, Counted::Cancelled) {
             Stopped::HandedBack(pending) => {
                 Some(pending.place(|nanos| self.timer.time.instant_of(nanos)))
             }
             Stopped::NotWaiting | Stopped::Ended => None,
         }
+    }
+
+    /// True if a periodic task stops at a graceful shutdown (the default), rather than going on
+    /// until it is cancelled or `shutdown_now` is called.
+    pub(crate) fn periodic_stops_at_shutdown(&self) -> bool {
+        !self.keep.periodic
     }
 
     /// Stops a waiting task because the pool is shutting down; true if this call won it.
@@ -351,8 +382,10 @@ impl Core {
 
     // ---- shutdown ---------------------------------------------------------------------------
 
-    /// No new tasks; what is waiting still runs, periodic tasks stop.
+    /// No new tasks; waiting one-shots run or are handed back, periodic tasks stop or go on,
+    /// as the builder chose (`keep`).
     pub(crate) fn shutdown(&self) {
+        crate::trace::shutdown(self.keep.one_shots, self.keep.periodic);
         self.lifecycle.shutdown();
         self.timer.wake();
     }
@@ -373,7 +406,16 @@ impl Core {
         // batch half way from the injector into its deque): see `ReadyQueues::quiesce`.
         self.queues.quiesce();
         self.queues
-            .drain(|task| taken.extend(self.take_back(&task)));
+            .drain(|task| taken.extend(self.take_back(&task, Stop::ShutdownNow)));
+        crate::trace::shutdown_now(taken.len());
+        trace_handed_back(&taken);
+        taken
+    }
+
+    /// What a graceful shutdown has handed back so far (`take_handed_back`).
+    pub(crate) fn take_handed_back(&self) -> Vec<PendingTask> {
+        let taken = self.termination.take_handed_back_now();
+        trace_handed_back(&taken);
         taken
     }
 
@@ -395,6 +437,14 @@ impl Core {
 
     pub(crate) fn is_shutdown(&self) -> bool {
         !self.lifecycle.is_running()
+    }
+}
+
+/// One `task handed back` event per task leaving the pool for the caller (see `trace.rs`);
+/// without the `tracing` feature the event is an empty inlined call and the loop goes with it.
+fn trace_handed_back(tasks: &[PendingTask]) {
+    for t in tasks {
+        crate::trace::handed_back(t.id(), t.name(), t.kind().label(), t.state_label());
     }
 }
 
@@ -420,8 +470,24 @@ impl Host for Core {
     }
 
     fn hand_back(&self, tasks: Vec<TaskRef>) {
-        let taken: Vec<PendingTask> = tasks.iter().filter_map(|t| self.take_back(t)).collect();
-        self.termination.hand_back(taken);
+        let taken = tasks
+            .iter()
+            .filter_map(|t| self.take_back(t, Stop::ShutdownNow));
+        self.termination.hand_back(taken.collect());
+    }
+
+    fn keep_at_shutdown(&self) -> Keep {
+        self.keep
+    }
+
+    fn hand_back_at_shutdown(&self, tasks: Vec<TaskRef>) {
+        if tasks.is_empty() {
+            return;
+        }
+        let taken = tasks
+            .iter()
+            .filter_map(|t| self.take_back(t, Stop::HandBackAtShutdown));
+        self.termination.hand_back(taken.collect());
     }
 
     fn drained(&self) -> bool {

@@ -8,7 +8,7 @@ use super::cancel::{cancel, reset_after, reset_at, CancelHandle};
 use super::core::CoreRef;
 use crate::error::{ResetError, TaskError};
 use crate::sync::Arc;
-use crate::task::{TaskRef, TaskResult};
+use crate::task::{RawTask, TaskRef, TaskResult};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -388,7 +388,7 @@ impl<T: Send + 'static> Future for ScheduledFuture<T> {
 impl<T: 'static> fmt::Debug for ScheduledFuture<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ScheduledFuture")
-            .field("task", self.task.header())
+            .field("task", &(&*self.task as &dyn RawTask))
             .finish()
     }
 }
@@ -445,7 +445,7 @@ impl<T: Send + 'static> Drop for AbortOnDrop<T> {
 impl<T: Send + 'static> fmt::Debug for AbortOnDrop<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AbortOnDrop")
-            .field("task", self.future.task.header())
+            .field("task", &(&*self.future.task as &dyn RawTask))
             .finish()
     }
 }

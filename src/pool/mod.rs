@@ -19,6 +19,7 @@
 //! sleep.rs     how idle workers sleep and wake
 //! shutdown.rs  what the timer thread hands back, and termination
 //! counters.rs  the per-thread counters behind PoolStats
+//! lateness.rs  the per-worker lateness histograms behind PoolStats
 //! lifecycle.rs the pool's typed atomic lifecycle
 //! ```
 //!
@@ -33,6 +34,7 @@ mod core;
 mod counters;
 mod future;
 mod handle;
+mod lateness;
 mod lifecycle;
 mod link;
 mod queues;
@@ -182,10 +184,25 @@ impl ScheduledThreadPool {
     }
 
     /// Starts a graceful shutdown and returns at once: new schedules fail with
-    /// [`ScheduleError::Shutdown`](crate::ScheduleError::Shutdown); tasks already due or delayed still run at their time;
-    /// periodic tasks stop after their current run (their futures end
-    /// [`TaskError::Shutdown`](crate::TaskError::Shutdown)). The pool terminates when nothing
-    /// is left. Calling it again does nothing.
+    /// [`ScheduleError::Shutdown`](crate::ScheduleError::Shutdown); tasks already due still run;
+    /// the pool terminates when nothing is left. Calling it again does nothing. What happens to
+    /// waiting tasks is the builder's policy, as in Java:
+    ///
+    /// - One-shots still waiting for their time run then (the default), or, with
+    ///   [`execute_delayed_after_shutdown(false)`](Builder::execute_delayed_after_shutdown),
+    ///   are handed back at once: their futures end
+    ///   [`TaskError::Shutdown`](crate::TaskError::Shutdown) and their closures wait for
+    ///   [`take_handed_back`](Self::take_handed_back).
+    /// - Periodic tasks stop after their current run, or before their next one (the default;
+    ///   their futures end [`TaskError::Shutdown`](crate::TaskError::Shutdown)), or, with
+    ///   [`continue_periodic_after_shutdown(true)`](Builder::continue_periodic_after_shutdown),
+    ///   go on until cancelled or [`shutdown_now`](Self::shutdown_now);
+    ///   [`await_termination`](Self::await_termination) waits for them.
+    ///
+    /// Every task admitted before the shutdown ends exactly one way: it runs, is cancelled, ends
+    /// `Shutdown` (handed back or stopped), or is returned by `shutdown_now`. A schedule that
+    /// races the shutdown either is admitted (and ends one of those ways) or fails with
+    /// `ScheduleError::Shutdown`.
     ///
     /// # Examples
     ///
@@ -204,7 +221,10 @@ impl ScheduledThreadPool {
 
     /// Stops at once: nothing new starts; runs in progress finish; every task that had not
     /// started is cancelled (its future ends [`TaskError::Cancelled`](crate::TaskError::Cancelled))
-    /// and handed back, so the caller decides whether to run or drop it. Returns after the timer
+    /// and handed back, so the caller decides whether to run or drop it. The one-shots an
+    /// earlier graceful [`shutdown`](Self::shutdown) handed back and nobody took with
+    /// [`take_handed_back`](Self::take_handed_back) come back here too (their futures said
+    /// `Shutdown`). Returns after the timer
     /// thread has handed back its tasks and every worker that had just taken a task has either
     /// started it or let it be handed back: once this returns, no task starts. It does not wait
     /// for running tasks (use [`await_termination`](Self::await_termination)).
@@ -225,7 +245,9 @@ impl ScheduledThreadPool {
     }
 
     /// Blocks until the pool has terminated (after a shutdown, every pool thread has exited) or
-    /// `timeout` passes; true if it terminated.
+    /// `timeout` passes; true if it terminated. After a graceful [`shutdown`](Self::shutdown)
+    /// that means every waiting task has run or ended, periodic tasks that go on after it
+    /// ([`Builder::continue_periodic_after_shutdown`]) included.
     ///
     /// # Examples
     ///
@@ -241,6 +263,41 @@ impl ScheduledThreadPool {
     pub fn await_termination(&self, timeout: Duration) -> bool {
         let deadline = Instant::now().checked_add(timeout);
         self.core().termination.await_termination(deadline)
+    }
+
+    /// Takes the one-shots that a graceful [`shutdown`](Self::shutdown) has handed back so far
+    /// (a pool built with
+    /// [`execute_delayed_after_shutdown(false)`](Builder::execute_delayed_after_shutdown)), so
+    /// the caller can log, run or drop them. Their futures already ended
+    /// [`TaskError::Shutdown`](crate::TaskError::Shutdown). Does not block: the timer thread
+    /// hands them back in chunks, so call it after
+    /// [`await_termination`](Self::await_termination) returned true to get every one; each is
+    /// returned once (a later call, or `shutdown_now`, returns only the rest). Empty for the
+    /// default policy.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use wheelpool::ScheduledThreadPool;
+    /// use std::time::Duration;
+    ///
+    /// let pool = ScheduledThreadPool::builder()
+    ///     .threads(1)
+    ///     .execute_delayed_after_shutdown(false)
+    ///     .build()
+    ///     .unwrap();
+    /// for i in 0..3 {
+    ///     pool.schedule(move || i, Duration::from_secs(60)).unwrap().detach();
+    /// }
+    /// pool.shutdown();
+    /// assert!(pool.await_termination(Duration::from_secs(10)));
+    /// let handed_back = pool.take_handed_back();
+    /// assert_eq!(handed_back.len(), 3);
+    /// assert!(pool.take_handed_back().is_empty(), "each is handed back once");
+    /// assert_eq!(pool.stats().cancelled, 3);
+    /// ```
+    pub fn take_handed_back(&self) -> Vec<PendingTask> {
+        self.core().take_handed_back()
     }
 
     /// True once [`shutdown`](Self::shutdown) or [`shutdown_now`](Self::shutdown_now) was called.
@@ -272,7 +329,9 @@ impl ScheduledThreadPool {
         self.core().termination.is_terminated()
     }
 
-    /// The pool's counters.
+    /// The pool's counters, how late runs started (p50, p99, max) and how many tasks wait in
+    /// the wheels and in the ready queues: see [`PoolStats`]. Costs a walk over every worker's
+    /// lateness buckets (4 KB each) and a short lock of each timer shard.
     ///
     /// # Examples
     ///
@@ -282,7 +341,7 @@ impl ScheduledThreadPool {
     /// assert_eq!(pool.stats().completed, 1);
     /// ```
     pub fn stats(&self) -> PoolStats {
-        self.core().counters.stats()
+        self.core().stats()
     }
 }
 

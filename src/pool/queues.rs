@@ -440,6 +440,11 @@ impl ReadyQueues {
         !self.injector.is_empty() || self.stealers.iter().any(|s| !s.is_empty())
     }
 
+    /// Tasks in the injector and every worker's deque (a racy snapshot, for `stats()`).
+    pub(crate) fn ready(&self) -> usize {
+        self.injector.len() + self.stealers.iter().map(Stealer::len).sum::<usize>()
+    }
+
     // ---- shutdown_now -----------------------------------------------------------------------
 
     /// Waits until no worker holds a task whose fate is undecided (called after `ShutdownNow` is

@@ -8,7 +8,7 @@ use super::lifecycle::Lifecycle;
 use super::queues::Taking;
 use crate::panic::panic_message;
 use crate::task::state::End;
-use crate::task::{Header, RunEnv, RunOutcome, TaskRef};
+use crate::task::{Header, RunEnv, RunOutcome, TaskInfo, TaskRef};
 use std::any::Any;
 
 /// Runs one task on the calling thread and does the bookkeeping for what became of it.
@@ -16,7 +16,10 @@ use std::any::Any;
 /// decided (`None`: a loom model's bare step, which holds no flag).
 pub(crate) fn run_task(core: &Core, task: &TaskRef, taking: Option<&Taking<'_>>) {
     let run = Run { core, taking };
-    if task.header().is_periodic() && core.lifecycle() == Lifecycle::Shutdown {
+    if task.header().is_periodic()
+        && core.periodic_stops_at_shutdown()
+        && core.lifecycle() == Lifecycle::Shutdown
+    {
         // Graceful shutdown while queued: a periodic task that had not started does not
         // start. Not under `ShutdownNow`: there a task this worker took before
         // `shutdown_now`'s sweep runs (it was not there to be handed back; `shutdown_now`
@@ -70,9 +73,12 @@ impl RunEnv for Run<'_> {
     }
 
     fn stopping(&self) -> bool {
-        // SeqCst (in `is_running`): pairs with the lifecycle stores in `shutdown` and
-        // `shutdown_now`.
-        !self.core.lifecycle_cell().is_running()
+        // SeqCst (in `load`): pairs with the lifecycle stores in `shutdown` and `shutdown_now`.
+        match self.core.lifecycle() {
+            Lifecycle::Running => false,
+            Lifecycle::Shutdown => self.core.periodic_stops_at_shutdown(),
+            Lifecycle::ShutdownNow => true,
+        }
     }
 
     fn run_ending(&self, end: End, ran_ok: bool) {
@@ -85,14 +91,20 @@ impl RunEnv for Run<'_> {
         core.task_ended();
     }
 
-    fn report_panic(&self, task: &Header, payload: Box<dyn Any + Send>) -> String {
+    fn report_panic(&self, task: TaskInfo, payload: Box<dyn Any + Send>) -> String {
         self.core.counters.panicked();
         let message = panic_message(&*payload);
+        crate::trace::panicked(task.id(), task.name(), task.kind().label(), &message);
         // The handler reads the task with `TaskInfo::panicking` (its signature stays one
         // argument); the name is cloned on this path only, never for a run that returns.
-        task.info()
-            .while_panicking(|| self.core.panics.report(payload));
+        task.while_panicking(|| self.core.panics.report(payload));
         message
+    }
+
+    fn run_starts(&self, task: &Header) -> Option<u64> {
+        let late = task.lateness(self.now_nanos())?;
+        self.core.lateness.record(late);
+        Some(late)
     }
 
     fn claim_decided(&self) {

@@ -9,7 +9,7 @@ use crate::error::ScheduleError;
 use crate::sync::Arc;
 use crate::task::dynamic::{CountFrom, Dynamic};
 use crate::task::periodic::{Periodic, Plan};
-use crate::task::{Job, Name, NextRun, OneShot, Options, TaskCell, TaskRef};
+use crate::task::{Job, Name, NextRun, OneShot, Options, TaskCell, TaskRef, TaskResult};
 use crate::timer::duration_nanos;
 use std::time::{Duration, Instant};
 
@@ -73,7 +73,11 @@ pub(crate) fn schedule_job<J: Job>(
         core.timer.home_shard()
     };
     let owner = core.core_ref(shard).ok_or(ScheduleError::Shutdown)?;
-    let cell = Arc::new(TaskCell::new(job, when.deadline, shard).named(name));
+    // A task without a name keeps no room for one (`NameSlot`).
+    let cell: Arc<dyn TaskResult<J::Output>> = match name {
+        None => Arc::new(TaskCell::new(job, when.deadline, shard)),
+        Some(name) => Arc::new(TaskCell::named(job, when.deadline, shard, name)),
+    };
     let raw: TaskRef = cell.clone();
     core.schedule(&raw, when.now)?;
     Ok(ScheduledFuture::new(cell, owner))
@@ -84,8 +88,11 @@ where
     F: FnOnce() + Send + 'static,
 {
     // Due now: it never enters a wheel, so any shard will do.
-    let cell = TaskCell::new(OneShot::new(f), NOW.deadline, 0).named(opts.name);
-    let raw: TaskRef = Arc::new(cell);
+    let job = OneShot::new(f);
+    let raw: TaskRef = match opts.name {
+        None => Arc::new(TaskCell::new(job, NOW.deadline, 0).unplanned()),
+        Some(name) => Arc::new(TaskCell::named(job, NOW.deadline, 0, name).unplanned()),
+    };
     core.schedule(&raw, NOW.now)
 }
 

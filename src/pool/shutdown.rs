@@ -34,9 +34,16 @@ impl Termination {
         }
     }
 
-    /// The timer thread stopped these tasks for `shutdown_now`.
+    /// The timer thread stopped these tasks for `shutdown_now`, or for a graceful shutdown
+    /// that hands waiting one-shots back.
     pub(crate) fn hand_back(&self, tasks: Vec<PendingTask>) {
         self.handback.lock().tasks.extend(tasks);
+    }
+
+    /// What has been handed back so far, without waiting for the timer thread (the user's
+    /// `take_handed_back`).
+    pub(crate) fn take_handed_back_now(&self) -> Vec<PendingTask> {
+        std::mem::take(&mut self.handback.lock().tasks)
     }
 
     /// The timer thread is exiting (normally or not): it hands back nothing more.

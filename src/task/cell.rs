@@ -2,8 +2,8 @@
 
 use super::state::{End, Snapshot};
 use super::{
-    Cancelled, Header, Job, Name, PendingTask, RawTask, RunEnv, RunOutcome, Stop, Stopped,
-    TaskResult,
+    Cancelled, Header, Job, Name, NameSlot, PendingTask, RawTask, RunEnv, RunOutcome, Stop,
+    Stopped, TaskResult,
 };
 use crate::error::TaskError;
 use crate::panic::{broken_invariant, call_user, drop_user};
@@ -30,38 +30,53 @@ struct Body<J: Job> {
     waker: Option<Waker>,
 }
 
-/// A task: header and closure-or-result (with the waker of whoever waits: a future's task, or
-/// a thread blocked in `join`).
-pub(crate) struct TaskCell<J: Job> {
+/// A task: header, its name if it has one (`N`: `()` or a [`Name`]), and closure-or-result
+/// (with the waker of whoever waits: a future's task, or a thread blocked in `join`).
+pub(crate) struct TaskCell<J: Job, N: NameSlot = ()> {
     header: Header,
+    name: N,
     body: Mutex<Body<J>>,
 }
 
-impl<J: Job> std::fmt::Debug for TaskCell<J> {
+impl<J: Job, N: NameSlot> std::fmt::Debug for TaskCell<J, N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TaskCell")
-            .field("header", &self.header)
+            .field("task", &(self as &dyn RawTask))
             .finish_non_exhaustive()
     }
 }
 
 impl<J: Job> TaskCell<J> {
-    /// A new task, `SCHEDULED` for `deadline` (nanoseconds since the pool's origin), kept by
-    /// timer shard `shard` while it waits.
+    /// A new task without a name, `SCHEDULED` for `deadline` (nanoseconds since the pool's
+    /// origin), kept by timer shard `shard` while it waits.
     pub(crate) fn new(job: J, deadline: u64, shard: u16) -> Self {
+        TaskCell::with_name(job, deadline, shard, ())
+    }
+}
+
+impl<J: Job> TaskCell<J, Name> {
+    /// The same, called `name` (shown in `PendingTask`, `Debug`, to the panic handler).
+    pub(crate) fn named(job: J, deadline: u64, shard: u16, name: Name) -> Self {
+        TaskCell::with_name(job, deadline, shard, name)
+    }
+}
+
+impl<J: Job, N: NameSlot> TaskCell<J, N> {
+    /// The same task, with no planned time (`execute`): its runs' lateness is not measured.
+    pub(crate) fn unplanned(mut self) -> Self {
+        self.header.set_unplanned();
+        self
+    }
+
+    fn with_name(job: J, deadline: u64, shard: u16, name: N) -> Self {
         TaskCell {
             header: Header::new(deadline, job.kind(), shard),
+            name,
             body: Mutex::new(Body {
                 stage: Stage::Waiting(job),
                 waker: None,
             }),
         }
-    }
-
-    /// The same task, called `name` (shown in `PendingTask`, `Debug`, to the panic handler).
-    pub(crate) fn named(mut self, name: Option<Name>) -> Self {
-        self.header.set_name(name);
-        self
     }
 
     /// Stores the final result, then wakes the future. The caller has already moved the state to
@@ -147,9 +162,13 @@ impl<J: Job> TaskCell<J> {
     }
 }
 
-impl<J: Job> RawTask for TaskCell<J> {
+impl<J: Job, N: NameSlot> RawTask for TaskCell<J, N> {
     fn header(&self) -> &Header {
         &self.header
+    }
+
+    fn name(&self) -> Option<&Name> {
+        self.name.name()
     }
 
     fn run(&self, env: &dyn RunEnv) -> RunOutcome {
@@ -157,9 +176,12 @@ impl<J: Job> RawTask for TaskCell<J> {
             return RunOutcome::NotStarted;
         }
         let mut job = self.take_job();
+        let late = env.run_starts(&self.header);
+        let (id, name, kind) = (self.header.id(), self.name(), self.header.kind().label());
+        let _span = crate::trace::run(id, name.map(|n| n.as_str()), kind, late);
         env.claim_decided(); // the last thing before user code: the run starts now
         let result = catch_unwind(AssertUnwindSafe(|| job.call()))
-            .map_err(|p| env.report_panic(&self.header, p));
+            .map_err(|p| env.report_panic(self.info(), p));
         // A run that returned normally counts as completed; a calendar job's look at the
         // clock does not.
         let ran_ok = result.is_ok() && job.counts_as_run();
@@ -217,23 +239,22 @@ impl<J: Job> RawTask for TaskCell<J> {
     fn stop(&self, why: Stop) -> Stopped {
         let (to, err) = match why {
             Stop::ShutdownNow => (End::Cancelled, TaskError::Cancelled),
-            Stop::Shutdown => (End::Shutdown, TaskError::Shutdown),
+            Stop::Shutdown | Stop::HandBackAtShutdown => (End::Shutdown, TaskError::Shutdown),
         };
         if !self.header.state.end_waiting(to) {
             return Stopped::NotWaiting;
         }
         let (job, waker) = self.finish_waiting(Err(err));
-        let stopped = match why {
-            Stop::ShutdownNow => Stopped::HandedBack(PendingTask::new(
-                self.header.info(),
-                self.header.deadline(),
-                job.into_run(),
-            )),
-            Stop::Shutdown => {
-                drop_user(job);
-                Stopped::Ended
-            }
-        };
+        let stopped =
+            match why {
+                Stop::ShutdownNow | Stop::HandBackAtShutdown => Stopped::HandedBack(
+                    PendingTask::new(self.info(), to, self.header.deadline(), job.into_run()),
+                ),
+                Stop::Shutdown => {
+                    drop_user(job);
+                    Stopped::Ended
+                }
+            };
         wake(waker);
         stopped
     }
@@ -245,7 +266,7 @@ impl<J: Job> RawTask for TaskCell<J> {
     }
 }
 
-impl<J: Job> TaskResult<J::Output> for TaskCell<J> {
+impl<J: Job, N: NameSlot> TaskResult<J::Output> for TaskCell<J, N> {
     fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<J::Output, TaskError>> {
         // Waker clones and drops are executor code: none of it runs under the body lock, where a
         // waker that cancelled this very task would deadlock.
@@ -323,11 +344,15 @@ mod size_tests {
     /// from growing unnoticed (W1 measures memory per pending timer).
     #[test]
     fn a_capture_less_task_cell_stays_small() {
-        // 24 bytes of state, deadline and wheel key, plus the task's id and its (thin) name
-        // pointer: 16 bytes a task for `PendingTask`, `Debug` and the panic handler to say
-        // which task it is. The kind took the place of the `periodic` flag.
-        assert_eq!(std::mem::size_of::<Header>(), 40);
-        assert!(std::mem::size_of::<TaskCell<OneShot<fn()>>>() <= 88);
+        // State, kind, shard and a 40-bit id in one word, then the deadline and the wheel key:
+        // as small as before tasks had ids and names. An unnamed task keeps no name at all; a
+        // named one a thin pointer more.
+        assert_eq!(std::mem::size_of::<Header>(), 24);
+        assert!(std::mem::size_of::<TaskCell<OneShot<fn()>>>() <= 72);
+        assert_eq!(
+            std::mem::size_of::<TaskCell<OneShot<fn()>, Name>>(),
+            std::mem::size_of::<TaskCell<OneShot<fn()>>>() + 8
+        );
         // Each pending task also holds one wheel entry (a fat `Arc<dyn RawTask>` plus links).
         assert_eq!(crate::wheel::Wheel::<crate::task::TaskRef>::ENTRY_SIZE, 40);
     }

@@ -23,6 +23,7 @@ pub use pending::PendingTask;
 pub use periodic::MissedTicks;
 
 pub(crate) use info::Name;
+use info::PackedId;
 pub(crate) use options::Options;
 
 pub(crate) use cell::TaskCell;
@@ -44,11 +45,17 @@ pub(crate) trait RunEnv {
     /// True once the pool is shutting down: periodic tasks stop instead of re-arming.
     fn stopping(&self) -> bool;
     /// Hands a panic payload of `task`'s run to the pool's panic handler; returns its message.
-    fn report_panic(&self, task: &Header, payload: Box<dyn Any + Send>) -> String;
+    fn report_panic(&self, task: TaskInfo, payload: Box<dyn Any + Send>) -> String;
     /// The run that just returned was the task's last: it ends in terminal state `end`;
     /// `ran_ok` says that run returned normally. Called before the future completes, so the
     /// pool's counters already agree when `join` returns.
     fn run_ending(&self, end: state::End, ran_ok: bool);
+    /// A run of `task` starts (its CAS won; its closure is called next): the pool records how
+    /// late it is and returns that lateness in nanoseconds (`None`: the task has no planned
+    /// time, or this environment does not measure it).
+    fn run_starts(&self, _task: &Header) -> Option<u64> {
+        None
+    }
     /// The task's fate is decided: its `SCHEDULED -> RUNNING` CAS won (called just before the
     /// closure is called, after the run's own bookkeeping), or it will not start. A worker
     /// lowers its `taking` flag here, which `shutdown_now` waits for. May be called more than
@@ -89,6 +96,9 @@ pub(crate) enum Stop {
     /// A periodic task at shutdown, or a task the pool could not accept after all: it ends
     /// `Shutdown` and its closure is dropped.
     Shutdown,
+    /// A one-shot that a graceful shutdown hands back (the pool's policy): it ends `Shutdown`
+    /// and its closure goes back to the user.
+    HandBackAtShutdown,
 }
 
 /// What the pool's stop did to a task.
@@ -96,53 +106,64 @@ pub(crate) enum Stop {
 pub(crate) enum Stopped {
     /// It was not waiting (running, finished, or someone else won it): nothing changed.
     NotWaiting,
-    /// [`Stop::ShutdownNow`] won it: it ended `Cancelled`; here is its closure for the caller.
+    /// [`Stop::ShutdownNow`] or [`Stop::HandBackAtShutdown`] won it: it ended `Cancelled` or
+    /// `Shutdown`; here is its closure for the caller.
     HandedBack(PendingTask),
     /// [`Stop::Shutdown`] won it: it ended `Shutdown`; its closure was dropped.
     Ended,
 }
 
-/// The fields every task has, whatever its closure and output types.
+/// The fields every task has, whatever its closure and output types. 24 bytes, as before tasks
+/// had ids: the state, kind, shard and id share one word (the id in its five bytes), and the
+/// name lives beside the header only in named tasks (`TaskCell`'s name slot), so a pending
+/// timer's allocation stays in the allocator's 96-byte size class.
 pub(crate) struct Header {
     pub(crate) state: state::State,
     /// How its runs are planned (never changes).
     kind: TaskKind,
-    /// The timer shard whose wheel takes this task (never changes).
-    shard: u16,
+    /// The timer shard whose wheel takes this task (never changes; a pool has at most 64),
+    /// and [`UNPLANNED`] if the task has no planned time (`execute`).
+    shard: u8,
+    /// Unique among the last 2^40 tasks of the process (never changes): see `PackedId`.
+    id: PackedId,
     /// Planned start of the next run, in nanoseconds since the pool's origin; `u64::MAX`: never.
     deadline: AtomicU64,
     /// The wheel entry's key while the task sits in its shard's wheel. Read and written only
     /// under that shard's lock, so `Relaxed` is enough.
     wheel_key: AtomicU64,
-    /// Unique in the process (never changes).
-    id: u64,
-    /// The name given at schedule time, if any (never changes).
-    name: Option<Name>,
 }
 
 /// `wheel_key` when the task is not in the wheel.
 pub(crate) const NO_KEY: u64 = u64::MAX;
 
+/// A bit of `Header::shard`: the task has no planned time (`execute`: its deadline 0 only
+/// means "now", with no clock read), so its run's lateness is not measured.
+const UNPLANNED: u8 = 0x80;
+
 impl Header {
     pub(crate) fn new(deadline: u64, kind: TaskKind, shard: u16) -> Self {
+        let shard = match u8::try_from(shard) {
+            Ok(shard) if shard & UNPLANNED == 0 => shard,
+            _ => crate::panic::broken_invariant("a timer shard index above 127"),
+        };
         Header {
             state: state::State::new(),
             kind,
             shard,
+            id: PackedId::next(),
             deadline: AtomicU64::new(deadline),
             wheel_key: AtomicU64::new(NO_KEY),
-            id: info::next_id(),
-            name: None,
         }
     }
 
-    pub(crate) fn set_name(&mut self, name: Option<Name>) {
-        self.name = name;
+    /// The task's id (see [`TaskInfo::id`]).
+    pub(crate) fn id(&self) -> u64 {
+        self.id.get()
     }
 
-    /// Who the task is: id, name, kind.
-    pub(crate) fn info(&self) -> TaskInfo {
-        TaskInfo::new(self.id, self.name.clone(), self.kind)
+    /// How its runs are planned.
+    pub(crate) fn kind(&self) -> TaskKind {
+        self.kind
     }
 
     /// Planned start of the next run (nanoseconds since the pool's origin).
@@ -162,7 +183,18 @@ impl Header {
 
     /// The timer shard whose wheel takes this task.
     pub(crate) fn shard(&self) -> u16 {
-        self.shard
+        u16::from(self.shard & !UNPLANNED)
+    }
+
+    /// The task has no planned time (`execute`): see [`UNPLANNED`].
+    pub(crate) fn set_unplanned(&mut self) {
+        self.shard |= UNPLANNED;
+    }
+
+    /// How late a run starting at `now` (nanoseconds since the origin) is against its planned
+    /// start; `None` for a task with no planned time.
+    pub(crate) fn lateness(&self, now: u64) -> Option<u64> {
+        (self.shard & UNPLANNED == 0).then(|| now.saturating_sub(self.deadline()))
     }
 
     pub(crate) fn wheel_key(&self) -> u64 {
@@ -174,9 +206,35 @@ impl Header {
     }
 }
 
+/// Where a task keeps its name: nothing at all in an unnamed task (`()`), a [`Name`] in a
+/// named one. A type parameter of `TaskCell`, so that a task without a name pays no byte for
+/// one (W1 counts bytes per pending timer).
+pub(crate) trait NameSlot: Send + Sync + 'static {
+    fn name(&self) -> Option<&Name>;
+}
+
+impl NameSlot for () {
+    fn name(&self) -> Option<&Name> {
+        None
+    }
+}
+
+impl NameSlot for Name {
+    fn name(&self) -> Option<&Name> {
+        Some(self)
+    }
+}
+
 /// A task as the pool sees it.
 pub(crate) trait RawTask: Send + Sync + 'static {
     fn header(&self) -> &Header;
+    /// The name given at schedule time, if any.
+    fn name(&self) -> Option<&Name>;
+    /// Who the task is: id, name, kind (the name's `Arc` cloned).
+    fn info(&self) -> TaskInfo {
+        let header = self.header();
+        TaskInfo::new(header.id(), self.name().cloned(), header.kind())
+    }
     /// Runs the task once on the calling worker (see [`RunOutcome`]).
     fn run(&self, env: &dyn RunEnv) -> RunOutcome;
     /// The user's cancel.
@@ -200,19 +258,14 @@ pub(crate) trait TaskResult<T>: RawTask {
 
 /// Who the task is and its state by name; no raw nanoseconds (the deadline is on the pool's
 /// clock, which the header does not know).
-impl std::fmt::Debug for Header {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Task")
-            .field("id", &self.id)
-            .field("name", &self.name.as_deref().map(String::as_str))
-            .field("kind", &self.kind)
-            .field("state", &self.state.load())
-            .finish()
-    }
-}
-
 impl std::fmt::Debug for dyn RawTask {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.header().fmt(f)
+        let header = self.header();
+        f.debug_struct("Task")
+            .field("id", &header.id())
+            .field("name", &self.name().map(|n| n.as_str()))
+            .field("kind", &header.kind)
+            .field("state", &header.state.load())
+            .finish()
     }
 }

@@ -1,15 +1,23 @@
-//! `PendingTask`: a task that `shutdown_now` took back before it ever started.
+//! `PendingTask`: a task that `shutdown_now` (or a graceful shutdown that hands back waiting
+//! one-shots) took back before it ever started.
 
+use super::state::End;
 use super::{TaskInfo, TaskKind};
 use std::fmt;
 use std::time::Instant;
 
 /// A task whose next run never started, handed back by
-/// [`ScheduledThreadPool::shutdown_now`](crate::ScheduledThreadPool::shutdown_now): a one-shot
-/// that was still waiting, or a periodic task waiting between runs.
+/// [`ScheduledThreadPool::shutdown_now`](crate::ScheduledThreadPool::shutdown_now) (a one-shot
+/// that was still waiting, or a periodic task waiting between runs), or by a graceful
+/// [`shutdown`](crate::ScheduledThreadPool::shutdown) of a pool built with
+/// [`execute_delayed_after_shutdown(false)`](crate::Builder::execute_delayed_after_shutdown) (a
+/// one-shot still waiting for its time; collect those with
+/// [`take_handed_back`](crate::ScheduledThreadPool::take_handed_back)).
 ///
-/// Its future already reports [`TaskError::Cancelled`](crate::TaskError::Cancelled). The caller may
-/// run the closure itself (for example on the current thread while shutting down) or drop it.
+/// Its future already reports [`TaskError::Cancelled`](crate::TaskError::Cancelled) (handed back
+/// by `shutdown_now`) or [`TaskError::Shutdown`](crate::TaskError::Shutdown) (by a graceful
+/// shutdown). The caller may run the closure itself (for example on the current thread while
+/// shutting down) or drop it.
 ///
 /// # Examples
 ///
@@ -51,6 +59,8 @@ use std::time::Instant;
 /// ```
 pub struct PendingTask {
     info: TaskInfo,
+    /// How its task ended when it was handed back: `Cancelled` or `Shutdown`.
+    end: End,
     /// Planned start of the next run, nanoseconds since the pool's origin (`u64::MAX`: never),
     /// until the pool turns it into an instant on its clock.
     planned: u64,
@@ -59,12 +69,27 @@ pub struct PendingTask {
 }
 
 impl PendingTask {
-    pub(crate) fn new(info: TaskInfo, planned: u64, run: Box<dyn FnOnce() + Send>) -> Self {
+    pub(crate) fn new(
+        info: TaskInfo,
+        end: End,
+        planned: u64,
+        run: Box<dyn FnOnce() + Send>,
+    ) -> Self {
         PendingTask {
             info,
+            end,
             planned,
             deadline: None,
             run,
+        }
+    }
+
+    /// How its task ended, by name: `Cancelled` (`shutdown_now`) or `Shutdown` (a graceful
+    /// shutdown's hand-back).
+    pub(crate) fn state_label(&self) -> &'static str {
+        match self.end {
+            End::Shutdown => "Shutdown",
+            _ => "Cancelled",
         }
     }
 
@@ -208,8 +233,8 @@ impl fmt::Debug for PendingTask {
             .field("id", &self.id())
             .field("name", &self.name())
             .field("kind", &self.kind())
-            // Handed back: the task ended cancelled (its future says so).
-            .field("state", &format_args!("Cancelled"))
+            // Handed back: the task ended cancelled or shut down (its future says so).
+            .field("state", &self.end)
             .field("deadline", &self.deadline)
             .finish_non_exhaustive()
     }

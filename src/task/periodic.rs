@@ -45,6 +45,17 @@ pub enum MissedTicks {
     Delay,
 }
 
+impl MissedTicks {
+    /// The policy's name, as its `Debug` writes it (for tracing's fields).
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            MissedTicks::Burst => "Burst",
+            MissedTicks::Skip => "Skip",
+            MissedTicks::Delay => "Delay",
+        }
+    }
+}
+
 /// How the next run is planned.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Plan {
@@ -72,6 +83,8 @@ impl Plan {
                 let next = if on_grid >= now {
                     on_grid
                 } else {
+                    let behind = (now - *planned) / *period; // planned runs already past
+                    crate::trace::missed_ticks(missed.label(), behind, *period);
                     match missed {
                         MissedTicks::Burst => on_grid,
                         MissedTicks::Skip => next_grid_slot(*planned, *period, now),

@@ -215,13 +215,22 @@ impl Driver {
         timer.parker.park(deadline);
     }
 
-    /// Graceful shutdown, one chunk per shard: close each shard to periodic tasks and send the
-    /// periodic tasks it holds to the workers, which stop them (stopping drops the closure and
-    /// wakes the future: user code, which the timer thread never runs). One-shots stay.
-    /// Returns whether the sweep has more to do.
+    /// Graceful shutdown, one chunk per shard: close each shard to the tasks the pool does not
+    /// keep (`Keep`) and take those out: periodic tasks go to the workers, which stop them
+    /// (stopping drops the closure and wakes the future: user code, which the timer thread
+    /// never runs); one-shots not yet due go to the pool to be handed back (their closures are
+    /// kept, not dropped; only their futures are woken, as `stop_now`'s hand-back does). A
+    /// one-shot already due stays and runs, as under Java's policy (a delay left, not a
+    /// deadline passed, is what a graceful shutdown may hand back). Returns whether the sweep
+    /// has more to do.
     fn sweep_step(&mut self) -> bool {
         let host = self.host.clone();
         let timer = host.timer();
+        let keep = host.keep_at_shutdown();
+        let now = timer.time.now_nanos();
+        let swept = |t: &TaskRef| {
+            !keep.keeps(t) && (t.header().is_periodic() || t.header().deadline() > now)
+        };
         let mut sweep = self
             .sweep
             .take()
@@ -232,17 +241,18 @@ impl Driver {
             {
                 let mut shard = shard.lock();
                 if shard.gate == Gate::Open {
-                    shard.gate = Gate::Closing;
+                    shard.gate = Gate::Closing(keep);
                 }
-                sweep[i] = shard.wheel.extract_some(
-                    from,
-                    CHUNK,
-                    |t| t.header().is_periodic(),
-                    &mut self.due,
-                );
+                sweep[i] = shard.wheel.extract_some(from, CHUNK, swept, &mut self.due);
                 clear_keys(&self.due);
             }
             more |= sweep[i].is_some();
+            if !keep.one_shots {
+                let (periodic, one_shots) =
+                    self.due.drain(..).partition(|t| t.header().is_periodic());
+                self.due = periodic;
+                host.hand_back_at_shutdown(one_shots);
+            }
             self.push_due();
         }
         self.sweep = Some(sweep);

@@ -18,8 +18,9 @@
 //!   under that lock that the task is still `SCHEDULED`; a cancel wins `SCHEDULED -> CANCELLED`
 //!   before it takes the lock. Either the insert sees the cancel (and does not insert) or the
 //!   cancel's lock comes after the insert (and it unlinks the entry by the recorded key).
-//! - A shard has a gate. `Open`: everything goes in. `Closing` (graceful shutdown): periodic tasks
-//!   are refused, one-shots still go in. `Stopped` (`shutdown_now`): everything is refused. The
+//! - A shard has a gate. `Open`: everything goes in. `Closing` (graceful shutdown): only the
+//!   tasks the pool's policy keeps ([`Keep`]: by default one-shots, not periodic tasks) go in.
+//!   `Stopped` (`shutdown_now`): everything is refused. The
 //!   driver moves the gate under the shard's lock, so an insert either lands before the driver's
 //!   sweep of that shard (and the sweep finds it) or is refused (and the caller stops the task
 //!   itself). No insert slips in behind a sweep.
@@ -159,10 +160,40 @@ const SLACK_PER_TASK: Duration = Duration::from_micros(2);
 pub(crate) enum Lifecycle {
     /// Taking tasks.
     Running,
-    /// `shutdown`: no new tasks; waiting one-shots still run; periodic tasks stop.
+    /// `shutdown`: no new tasks; waiting tasks run or stop as the pool's [`Keep`] says (by
+    /// default one-shots run, periodic tasks stop).
     Shutdown,
     /// `shutdown_now`: nothing new starts.
     ShutdownNow,
+}
+
+/// Which waiting tasks a graceful shutdown keeps in the wheels, to run at their time (the pool's
+/// policy, from its builder). The driver's sweep takes the others out: periodic tasks go to the
+/// workers to be stopped, one-shots not yet due are handed back to the pool
+/// ([`Host::hand_back_at_shutdown`]). The shards' `Closing` gate admits only kept tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Keep {
+    /// One-shots still waiting for their time run then (Java's default), or are handed back.
+    pub(crate) one_shots: bool,
+    /// Periodic tasks go on until cancelled or `shutdown_now`, or stop (the default).
+    pub(crate) periodic: bool,
+}
+
+impl Keep {
+    /// Java's defaults: waiting one-shots run, periodic tasks stop.
+    pub(crate) const DEFAULT: Keep = Keep {
+        one_shots: true,
+        periodic: false,
+    };
+
+    /// True if `task` stays in (or may go into) a wheel during a graceful shutdown.
+    pub(crate) fn keeps(self, task: &TaskRef) -> bool {
+        if task.header().is_periodic() {
+            self.periodic
+        } else {
+            self.one_shots
+        }
+    }
 }
 
 /// What the timer side needs from the pool above it (implemented by the pool's core; the timer
@@ -178,6 +209,11 @@ pub(crate) trait Host: Send + Sync + 'static {
     fn push_due(&self, due: &mut Vec<TaskRef>);
     /// `shutdown_now`: the tasks the wheels held, to be stopped and returned.
     fn hand_back(&self, tasks: Vec<TaskRef>);
+    /// Which waiting tasks a graceful shutdown keeps.
+    fn keep_at_shutdown(&self) -> Keep;
+    /// Graceful shutdown: one-shots the sweep took out of the wheels (not kept, not yet due),
+    /// to be stopped and kept for the user without running (or dropping) their closures.
+    fn hand_back_at_shutdown(&self, tasks: Vec<TaskRef>);
     /// After a graceful shutdown: true once no admitted task is left.
     fn drained(&self) -> bool;
     /// The driver will sleep until an earlier tick than the watcher watches: make the watcher
@@ -210,7 +246,7 @@ pub(crate) struct Refused;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Gate {
     Open,
-    Closing,
+    Closing(Keep),
     Stopped,
 }
 
@@ -219,7 +255,7 @@ impl Gate {
     fn admits(self, task: &TaskRef) -> bool {
         match self {
             Gate::Open => true,
-            Gate::Closing => !task.header().is_periodic(),
+            Gate::Closing(keep) => keep.keeps(task),
             Gate::Stopped => false,
         }
     }

@@ -4,9 +4,10 @@
 //! - `one_shot/`: one-shot tasks, cancel, futures, saturation (`max_pending`), edge-case delays;
 //! - `periodic/`: fixed rate and fixed delay, dynamic delays, reset, cancel and lifecycle of
 //!   periodic tasks;
-//! - `manual_clock/`: virtual time, exact, and a model of the pool checked against it;
-//! - `lifecycle/`: the builder, shutdown and `shutdown_now`, dropping the pool, thread hooks,
-//!   panics, wake-ups;
+//! - `manual_clock/`: virtual time, exact, and a model of the pool checked against it; the
+//!   lateness distribution and queue depths of `PoolStats`, exact there;
+//! - `lifecycle/`: the builder, shutdown and `shutdown_now` (and the graceful shutdown
+//!   policies, raced against producers), dropping the pool, thread hooks, panics, wake-ups;
 //! - `timer/`: the timer side under load (the watcher, a stress run, and the soak run, ignored
 //!   by default).
 //!

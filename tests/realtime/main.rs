@@ -11,6 +11,7 @@ mod manual_common;
 mod adversary_watch_cpu;
 mod adversary_watch_live;
 mod fairness;
+mod lateness;
 mod periodic_realtime;
 mod precision;
 

@@ -6,4 +6,5 @@ mod panics;
 mod pool_drop;
 mod shutdown;
 mod shutdown_now_race;
+mod shutdown_policy;
 mod thread_hooks;

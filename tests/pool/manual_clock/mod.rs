@@ -1,3 +1,4 @@
 mod advance;
 mod adversary_manual;
 mod adversary_model;
+mod lateness;
