@@ -1,0 +1,193 @@
+//! A shard: one wheel and its gate under one lock, the hint the timer thread reads without the
+//! lock, and the helpers every change to a wheel goes through (ground rules in `timer/mod.rs`).
+
+use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::task::{TaskRef, NO_KEY};
+use crate::wheel::{Key, Wheel};
+
+/// Entries the driver moves (hands out or cascades) per shard in one locked step. 512 moves
+/// are some tens of microseconds: the longest a producer waits for a shard's lock, and the most
+/// work between a due timer in another shard and its turn.
+pub(crate) const CHUNK: usize = 512;
+
+/// Which waiting tasks a graceful shutdown keeps in the wheels, to run at their time (the pool's
+/// policy, from its builder). The driver's sweep takes the others out: periodic tasks go to the
+/// workers to be stopped, one-shots not yet due are handed back to the pool
+/// ([`Host::hand_back_at_shutdown`](super::Host::hand_back_at_shutdown)). The shards' `Closing` gate admits only kept tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Keep {
+    /// One-shots still waiting for their time run then (Java's default), or are handed back.
+    pub(crate) one_shots: bool,
+    /// Periodic tasks go on until cancelled or `shutdown_now`, or stop (the default).
+    pub(crate) periodic: bool,
+}
+
+impl Keep {
+    /// Java's defaults: waiting one-shots run, periodic tasks stop.
+    pub(crate) const DEFAULT: Keep = Keep {
+        one_shots: true,
+        periodic: false,
+    };
+
+    /// True if `task` stays in (or may go into) a wheel during a graceful shutdown.
+    pub(crate) fn keeps(self, task: &TaskRef) -> bool {
+        if task.header().is_periodic() {
+            self.periodic
+        } else {
+            self.one_shots
+        }
+    }
+}
+
+/// Why an insert did not happen: the pool is shutting down and the shard's gate is closed to
+/// this task. The caller still owns the task and stops it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Refused;
+
+/// Who may insert into a shard (see the ground rules).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Gate {
+    Open,
+    Closing(Keep),
+    Stopped,
+}
+
+impl Gate {
+    /// True if `task` may go into (or move within) a shard behind this gate.
+    pub(super) fn admits(self, task: &TaskRef) -> bool {
+        match self {
+            Gate::Open => true,
+            Gate::Closing(keep) => keep.keeps(task),
+            Gate::Stopped => false,
+        }
+    }
+}
+
+/// One wheel and its gate, under one lock.
+#[derive(Debug)]
+pub(crate) struct Shard {
+    pub(crate) wheel: Wheel<TaskRef>,
+    pub(super) gate: Gate,
+}
+
+/// A shard's lock, and what the timer thread may read of it without the lock.
+#[derive(Debug)]
+pub(crate) struct ShardCell {
+    pub(super) lock: Mutex<Shard>,
+    /// A lower bound on the earliest tick in the wheel (`u64::MAX`: none). Written only under
+    /// `lock`: lowered by an insert below it, set to the wheel's next expiration by a poll.
+    /// A cancel leaves it alone (it stays a lower bound).
+    pub(super) hint: AtomicU64,
+}
+
+impl ShardCell {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Shard> {
+        self.lock.lock()
+    }
+
+    /// The hint, read without the lock (see the ground rules).
+    pub(crate) fn hint(&self) -> Option<u64> {
+        // Relaxed: a stale value is caught by the fence pair of the sleep protocol.
+        let hint = self.hint.load(Ordering::Relaxed);
+        (hint != u64::MAX).then_some(hint)
+    }
+
+    /// Under the lock, after a poll: the wheel's next expiration.
+    pub(crate) fn set_hint(&self, _locked: &Shard, next: Option<u64>) {
+        self.hint.store(next.unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// One bounded poll of this shard, the driver's or the watcher's, under its lock: moves at
+    /// most `CHUNK` entries due by tick `now` onto `due` (their keys cleared), stages coarse
+    /// slots ahead with what is left of `CHUNK` (see "Staging"), and sets the hint to the
+    /// wheel's next expiration. Returns whether the shard has more due, whether it may have more
+    /// to stage, and that next expiration.
+    pub(crate) fn poll_chunk(
+        &self,
+        shard: &mut Shard,
+        now: u64,
+        horizon: u64,
+        due: &mut Vec<TaskRef>,
+    ) -> Polled {
+        let from = due.len();
+        let more = !shard.wheel.poll_expired_bounded(now, CHUNK, due);
+        clear_keys(&due[from..]);
+        let mut stage = false;
+        if !more {
+            let budget = CHUNK - (due.len() - from).min(CHUNK);
+            stage = budget > 0 && shard.wheel.stage_ahead(budget, horizon) == budget;
+        }
+        give_back_if_empty(&mut shard.wheel); // firing empties a shard as a cancel does
+        let next = shard.wheel.next_expiration();
+        self.set_hint(shard, next);
+        Polled { more, stage, next }
+    }
+
+    /// Under the lock, after an insert at `tick`: lowers the hint; true if it did.
+    pub(super) fn lower_hint(&self, _locked: &Shard, tick: u64) -> bool {
+        let lowered = tick < self.hint.load(Ordering::Relaxed);
+        if lowered {
+            self.hint.store(tick, Ordering::Relaxed);
+        }
+        lowered
+    }
+}
+
+/// What one [`ShardCell::poll_chunk`] left.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Polled {
+    /// The shard has more due now.
+    pub(crate) more: bool,
+    /// The shard may have more to stage (its budget ran out).
+    pub(crate) stage: bool,
+    /// The wheel's next expiration.
+    pub(crate) next: Option<u64>,
+}
+
+/// An empty shard keeps its slab for reuse below this many entries' room, so one timer armed
+/// and cancelled (or fired) at a time costs no allocation; above it, emptiness gives the memory
+/// back.
+const RELEASE_AT: usize = 4096;
+
+/// The give-back rule, applied wherever entries leave a wheel (a cancel's unlink, a poll that
+/// fires them): a shard left empty with room for more than [`RELEASE_AT`] entries frees its
+/// slab. O(1) under the lock (an empty wheel forgets its nodes without visiting them).
+///
+/// A shard that is not empty keeps its room, as a `Vec` keeps its capacity: at most its peak
+/// number of entries times the entry size (40 B), until it empties. Giving that back earlier
+/// would mean compacting live entries under the lock, which is unbounded work.
+pub(super) fn give_back_if_empty(wheel: &mut Wheel<TaskRef>) {
+    if wheel.is_empty() && wheel.capacity() > RELEASE_AT {
+        wheel.shrink_to_fit();
+    }
+}
+
+/// Inserts `task` for `tick` and records its key, unless a cancel won it first. Called under the
+/// shard's lock (ground rules).
+pub(super) fn insert_unless_cancelled(wheel: &mut Wheel<TaskRef>, tick: u64, task: &TaskRef) {
+    if !task.header().state.is_scheduled() {
+        return; // cancelled in transit: the canceller has accounted for it
+    }
+    let key = wheel.insert(tick, task.clone());
+    task.header().set_wheel_key(key.to_u64());
+}
+
+/// Tasks that just left a wheel (under its lock): clear their keys, so no later unlink can match
+/// a reused slot (the generation check would refuse it anyway, bar 2^32 reuses).
+pub(crate) fn clear_keys(tasks: &[TaskRef]) {
+    for task in tasks {
+        task.header().set_wheel_key(NO_KEY);
+    }
+}
+
+/// Removes `task`'s wheel entry, if it has a live one; returns the wheel's reference so the
+/// caller drops it after unlocking. Called under the shard's lock.
+pub(super) fn unlink(wheel: &mut Wheel<TaskRef>, task: &TaskRef) -> Option<TaskRef> {
+    let key = task.header().wheel_key();
+    if key == NO_KEY {
+        return None; // not inserted yet, or already handed out
+    }
+    task.header().set_wheel_key(NO_KEY);
+    // A stale key (the entry fired, the slot was reused) is refused by its generation.
+    wheel.remove(Key::from_u64(key))
+}
