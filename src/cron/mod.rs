@@ -263,6 +263,11 @@ impl Cron {
         std::iter::successors(self.next_after(t), move |&last| self.next_after(last))
     }
 
+    /// The rule for occurrences in a daylight-saving gap (see [`skipped_time`](Self::skipped_time)).
+    pub(crate) fn skipped_rule(&self) -> SkippedTime {
+        self.skipped
+    }
+
     /// The last occurrence at or before `t` (`None` if there is none).
     pub(crate) fn last_at_or_before(&self, t: SystemTime) -> Option<SystemTime> {
         let ts = Timestamp::try_from(t).ok()?;
