@@ -267,7 +267,9 @@ impl Cron {
         std::iter::successors(self.next_after(t), move |&last| self.next_after(last))
     }
 
-    /// The rule for occurrences in a daylight-saving gap (see [`skipped_time`](Self::skipped_time)).
+    /// The rule for occurrences in a daylight-saving gap (see [`skipped_time`](Self::skipped_time)):
+    /// part of a cluster job's settings (feature `postgres`).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn skipped_rule(&self) -> SkippedTime {
         self.skipped
     }
