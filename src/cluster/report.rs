@@ -31,14 +31,19 @@ impl Shared {
     }
 
     /// Reports runs `from..=to` as skipped for `reason` (nothing if the range is empty). For
-    /// a cron schedule, the occurrences in that stretch of instants (one run alone is
-    /// reported as it is: a triggered run's number need not be an occurrence).
+    /// a cron schedule, the occurrences in that stretch of instants; an unconfirmed run is
+    /// reported as it is (a triggered run's number need not be an occurrence).
     pub(super) fn skipped(&self, grid: (i64, i64), from: i64, to: i64, reason: SkipReason) {
         if from > to {
             return;
         }
         #[cfg(feature = "cron")]
-        if let Some(occ) = self.spec.schedule.occurrences().filter(|_| from < to) {
+        if let Some(occ) = self
+            .spec
+            .schedule
+            .occurrences()
+            .filter(|_| !matches!(reason, SkipReason::Unconfirmed { .. }))
+        {
             let within = occ.within(from, to, ONE_BY_ONE);
             self.count(|c| c.skipped(reason, within.count));
             for run in within.listed.into_iter().chain(within.last) {

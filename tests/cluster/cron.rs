@@ -337,6 +337,100 @@ fn a_period_taken_over_by_a_calendar_runs_no_instant_twice() {
 }
 
 #[test]
+fn occurrences_missed_while_the_server_is_down_are_reported_once_and_never_run() {
+    let server = PgServer::start();
+    let url = server.url();
+    let runs: Runs = Arc::default();
+    // No grace: an occurrence is claimable only until the next one, so those of the outage
+    // are skipped, not caught up.
+    let nodes: Vec<Node> = ["a", "b"]
+        .iter()
+        .map(|l| {
+            cron_node_with(&url, l, "outage", EVERY_SECOND, &runs, |b| {
+                b.misfire_grace(Duration::ZERO)
+            })
+            .unwrap()
+        })
+        .collect();
+    assert!(wait_until(LONG, || runs.lock().unwrap().len() >= 2));
+    server.stop();
+    let down = SystemTime::now();
+    // Two occurrences at least come and go while no node can reach the store.
+    let unavailable = |nodes: &[Node]| {
+        errors_of(&nodes.iter().collect::<Vec<_>>())
+            .iter()
+            .filter(|e| matches!(e, ClusterError::Unavailable(_)))
+            .count()
+    };
+    assert!(wait_until(LONG, || unavailable(&nodes) >= 2
+        && SystemTime::now() >= down + Duration::from_millis(2500)));
+    server.restart();
+    let up = SystemTime::now();
+    assert!(
+        wait_until(LONG, || runs
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.at > up + Duration::from_secs(1))),
+        "runs resume"
+    );
+    let ran = runs.lock().unwrap().clone();
+    let errors = errors_of(&nodes.iter().collect::<Vec<_>>());
+    stop(nodes);
+
+    assert_eq!(doubles(&ran), vec![], "an occurrence ran twice");
+    let mut missed: Vec<u64> = errors
+        .iter()
+        .filter_map(|e| match e {
+            ClusterError::RunSkipped {
+                planned_at,
+                reason: SkipReason::Misfired,
+                ..
+            } => Some(secs(*planned_at)),
+            _ => None,
+        })
+        .collect();
+    missed.sort_unstable();
+    let mut once = missed.clone();
+    once.dedup();
+    assert_eq!(once, missed, "an occurrence was reported twice");
+    let ran_s = seconds(&ran);
+    for m in &missed {
+        assert!(!ran_s.contains(m), "second {m} was reported missed and ran");
+    }
+    let outage = secs(down) + 1..secs(up);
+    assert!(
+        outage.clone().all(|s| missed.contains(&s)),
+        "{outage:?} not all reported: {missed:?}"
+    );
+    // Every second from the first run to the last ran or was reported.
+    let (lo, hi) = (ran_s[0], ran_s[ran_s.len() - 1]);
+    let mut all: Vec<u64> = ran_s
+        .iter()
+        .chain(&missed)
+        .copied()
+        .filter(|s| (lo..=hi).contains(s))
+        .collect();
+    all.sort_unstable();
+    assert_eq!(
+        all,
+        (lo..=hi).collect::<Vec<_>>(),
+        "a second neither ran nor was reported"
+    );
+    // Nothing else went wrong than the outage (a run cut off by it may be reported
+    // unconfirmed by the other node: it may not have run).
+    for e in &errors {
+        assert!(
+            matches!(
+                e,
+                ClusterError::Unavailable(_) | ClusterError::RunSkipped { .. }
+            ),
+            "{e}"
+        );
+    }
+}
+
+#[test]
 fn pause_skips_occurrences_once_resume_restarts_them_and_trigger_runs_once() {
     let server = PgServer::start();
     let url = server.url();
