@@ -15,10 +15,14 @@
 //!   and that the occurrence is due, against the store's clock in the same atomic statement.
 //!   A node's own wall clock is never read for a claim: its wake-ups are planned from its last
 //!   reading of the store's clock, as for periodic jobs.
-//! - **Occurrences are the ones [`Cron::next_after`] gives**, one after another (the
-//!   in-process daylight-saving rule: a skipped time runs after the gap, or not at all with
-//!   `SkippedTime::Skip`; a repeated time once). A look backwards (to jump over occurrences
-//!   too old to claim) is a shortcut only, and is checked forwards.
+//! - **Occurrences are the ones [`Cron::next_after`] gives**, one after another from the row's
+//!   last run (the in-process daylight-saving rule: a skipped time runs after the gap, or not
+//!   at all with `SkippedTime::Skip`; a repeated time once), each found from the one before,
+//!   starting at the row's last run: the chain every node follows. A look backwards (to jump
+//!   over occurrences too old to claim) is a shortcut only: checked forwards, and not taken
+//!   into a repeated hour, where the chain is walked instead. (croner's backward and forward
+//!   searches agree in both Berlin change nights, as a unit test checks; the guard keeps a
+//!   disagreement, in another zone or a later croner, from ever naming a run.)
 //! - **Nodes agree on the expression and the zone through the row** (its `cron` column,
 //!   compared as text; see [`settings`]); the zone's *rules* come from the time zone
 //!   database each node reads, which the nodes must share (see the module docs).
@@ -133,7 +137,8 @@ impl Occurrences {
         // next comes after that); found backwards, accepted only if it is one forwards too.
         let horizon = now.saturating_sub(grace);
         if let Some(p) = self.last_at_or_before(horizon).filter(|&p| p > first) {
-            if self.next(p - 1) == Some(p) && self.deadline(p, grace) > now {
+            let plain = !self.cron.in_repeated_time(time(p));
+            if plain && self.next(p - 1) == Some(p) && self.deadline(p, grace) > now {
                 return Some(p);
             }
         }
@@ -281,6 +286,42 @@ mod tests {
         assert_eq!((spring.len(), autumn.len()), (23, 25));
         for day in [spring, autumn] {
             assert!(day.windows(2).all(|w| w[1] - w[0] == 3600 * S), "{day:?}");
+        }
+    }
+
+    /// The oldest claimable occurrence by walking the chain one occurrence at a time.
+    fn walked(o: &Occurrences, after: i64, now: i64, grace: i64) -> Option<i64> {
+        let mut t = o.next(after)?;
+        while o.deadline(t, grace) <= now {
+            t = o.next(t)?;
+        }
+        Some(t)
+    }
+
+    /// The backward shortcut finds what walking the chain finds, for every minute of both
+    /// Berlin change nights, for fixed times, times in the repeated hour and a cadence, and
+    /// graces from none to an hour, after a node was away for two days.
+    #[test]
+    fn the_shortcut_agrees_with_the_chain_across_both_berlin_changes() {
+        let exprs = ["30 2 * * *", "30 1,2 * * *", "*/20 * * * *", "0 3 * * *"];
+        for expr in exprs {
+            let o = occ(expr, "Europe/Berlin");
+            for night in ["2026-03-28T22:00:00Z", "2026-10-24T22:00:00Z"] {
+                // The last run two days before: the night's first occurrences are too old
+                // for the shorter graces, so the shortcut is taken.
+                let after = utc(night) - 2 * 86_400 * S;
+                for minute in 0..8 * 60 {
+                    let now = utc(night) + minute * 60 * S;
+                    for grace in [0, 60 * S, 3600 * S] {
+                        let fast = o.oldest_claimable(after, now, grace);
+                        let slow = walked(&o, after, now, grace);
+                        assert_eq!(
+                            fast, slow,
+                            "{expr} after {night}, +{minute} min, grace {grace}"
+                        );
+                    }
+                }
+            }
         }
     }
 

@@ -274,6 +274,17 @@ impl Cron {
         self.skipped
     }
 
+    /// True if `t`'s wall-clock time in the zone comes twice (a repeated hour when the clocks
+    /// go back): where the occurrences croner finds depend on where the search starts.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn in_repeated_time(&self, t: SystemTime) -> bool {
+        let Ok(ts) = Timestamp::try_from(t) else {
+            return false;
+        };
+        let civil = ts.to_zoned(self.zone.clone()).datetime();
+        self.zone.to_ambiguous_timestamp(civil).is_ambiguous()
+    }
+
     /// The last occurrence at or before `t` (`None` if there is none).
     pub(crate) fn last_at_or_before(&self, t: SystemTime) -> Option<SystemTime> {
         let ts = Timestamp::try_from(t).ok()?;
