@@ -54,7 +54,9 @@ pub(super) const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS wheelpool_jobs
 /// already up to date takes no `ACCESS EXCLUSIVE` lock (which would queue behind claims);
 /// run under [`DDL_LOCK_KEY`], after [`CREATE_TABLE`]. Nodes of the earlier version go on
 /// working on the table: they never read the column, and a cron job's grid (1 ns) matches
-/// none of their settings, so they never run one.
+/// none of their settings, so they never run one. Adding the column needs the table's owner's
+/// rights (as creating it did); without them the connect fails with the database's error
+/// (SQLSTATE 42501), and is tried again at the next connect.
 pub(super) const MIGRATE: &str = "DO $$ BEGIN
     IF NOT EXISTS (SELECT 1 FROM pg_attribute
                    WHERE attrelid = 'wheelpool_jobs'::regclass AND attname = 'cron'
