@@ -90,13 +90,14 @@ impl Shared {
     }
 
     /// Puts the oldest occurrence at or after `k` still claimable in view; `None` if no
-    /// occurrence is left. Without a reading of the store's clock, nothing is in view (the
-    /// next claim names none).
+    /// occurrence is left. Every caller follows an answer, so the store's clock has been
+    /// read; were it not, nothing is put in view (the next claim names none) and the
+    /// epoch is given, which `until` turns into a look again after a step.
     fn aim(&self, k: i64) -> Option<i64> {
         let occ = self.spec.schedule.occurrences()?;
         let Some(now) = self.store_now() else {
             self.chain.lock().target = None;
-            return Some(clamp(0));
+            return Some(0);
         };
         let t = occ.oldest_claimable(k - 1, clamp(now), nanos(self.spec.grace));
         self.chain.lock().target = t;

@@ -217,20 +217,18 @@ r AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $
       AS r(name, period_ns, offset_ns, owner, node, lease_us, grace_ns, known, cron, want,
            until_ns, i)),
 c AS (SELECT j.* FROM wheelpool_jobs j JOIN r ON r.name = j.name CROSS JOIN t
-      WHERE j.period_ns = r.period_ns AND j.offset_ns = r.offset_ns AND j.cron = r.cron AND (
-         (r.want IS NULL AND j.last_run < ",
+      WHERE (r.want IS NULL AND j.last_run < ",
     int_floor_div!("t.now_ns - j.offset_ns", "j.period_ns"),
     ")
          OR (r.want > j.last_run AND r.want <= t.now_ns AND t.now_ns < r.until_ns)
-         OR j.triggers > j.triggers_run OR (j.locked_by = r.owner AND j.claim_id <> r.known))
+         OR j.triggers > j.triggers_run OR (j.locked_by = r.owner AND j.claim_id <> r.known)
       ORDER BY j.name FOR UPDATE OF j SKIP LOCKED),
 x AS (SELECT r.*, t.now, t.now_ns, c.name IS NOT NULL AS locked, s.name IS NOT NULL AS present,
-        s.period_ns = r.period_ns AND s.offset_ns = r.offset_ns AND s.cron = r.cron AND (
-          (r.want IS NULL AND s.last_run < ",
+        (r.want IS NULL AND s.last_run < ",
     int_floor_div!("t.now_ns - s.offset_ns", "s.period_ns"),
     ")
           OR (r.want > s.last_run AND r.want <= t.now_ns AND t.now_ns < r.until_ns)
-          OR s.triggers > s.triggers_run OR (s.locked_by = r.owner AND s.claim_id <> r.known))
+          OR s.triggers > s.triggers_run OR (s.locked_by = r.owner AND s.claim_id <> r.known)
           AS needs_lock,
         coalesce(c.cron, s.cron) AS s_cron,
         coalesce(c.period_ns, s.period_ns) AS s_period, coalesce(c.offset_ns, s.offset_ns) AS s_offset,
