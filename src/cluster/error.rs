@@ -372,9 +372,10 @@ impl fmt::Display for ClusterError {
                 };
                 let (stored, ours) = (settings(stored), settings(ours));
                 if stored == ours {
+                    // Two cron schedules (the store's is in the job table).
                     write!(
                         f,
-                        "job `{job}` is stored with another {stored}: not run here"
+                        "job `{job}` is stored with another cron schedule: not run here"
                     )
                 } else {
                     write!(

@@ -218,7 +218,11 @@ fn a_changed_expression_is_refused_or_taken_over_without_running_an_instant_twic
                     (Duration::ZERO, Duration::ZERO)
                 )
             );
-            assert!(err.to_string().contains("another a cron schedule"), "{err}");
+            assert!(
+                err.to_string()
+                    .ends_with("is stored with another cron schedule: not run here"),
+                "{err}"
+            );
         }
         other => panic!("expected ConfigMismatch, got {:?}", other.err()),
     }
