@@ -2,6 +2,7 @@
 //!
 //! ```sh
 //! cargo run --example cluster_job --features postgres
+//! cargo run --example cluster_job --features postgres,cron   # and then a cron job
 //! DATABASE_URL=postgresql://me@localhost/mydb cargo run --example cluster_job --features postgres
 //! ```
 //!
@@ -10,6 +11,9 @@
 //! the same job every 200 ms; each period is run by exactly one of them: the node that ran the
 //! last period keeps the job while it claims on time, the others stand by. Half way, node-1
 //! leaves and the other two carry on (one of them takes the job over).
+//!
+//! With the `cron` feature, the three nodes then share a calendar job: a per-second cron
+//! expression in Europe/Berlin, each occurrence run by one node, named by its instant.
 
 #[path = "../tests/pg_common/mod.rs"]
 mod pg_common;
@@ -96,5 +100,50 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "\n{} periods run, {doubles} run twice, {gaps} skipped; per node: {per_node:?}",
         runs.len()
     );
+    #[cfg(feature = "cron")]
+    cron_job(&url)?;
+    Ok(())
+}
+
+/// Three nodes share a per-second calendar job for a few seconds.
+#[cfg(feature = "cron")]
+fn cron_job(url: &str) -> Result<(), Box<dyn std::error::Error>> {
+    use wheelpool::cron::Cron;
+
+    let every_second = Cron::parse("* * * * * *", "Europe/Berlin")?;
+    let (tx, rx) = mpsc::channel();
+    let mut nodes = Vec::new();
+    for i in 1..=3 {
+        let pool = ScheduledThreadPool::builder().threads(2).build()?;
+        let store = Arc::new(PgLockStore::connect(url)?);
+        let job = ClusterJob::builder("cluster-cron-example", store)
+            .node(format!("node-{i}"))
+            .on_error(|err| eprintln!("error: {err}"))
+            .build()?;
+        let tx = tx.clone();
+        let task = job.schedule_cron(
+            &pool.handle(),
+            move |run| {
+                let _ = tx.send((run.planned_at(), run.node().to_owned()));
+            },
+            &every_second,
+        )?;
+        nodes.push(Node { pool, task });
+    }
+    drop(tx);
+    println!("\n3 nodes share the cron job `{every_second}`; a run is named by its occurrence\n");
+    let mut runs: BTreeMap<std::time::SystemTime, Vec<String>> = BTreeMap::new();
+    let start = Instant::now();
+    while start.elapsed() < RUN_FOR {
+        if let Ok((at, node)) = rx.recv_timeout(Duration::from_millis(50)) {
+            println!("occurrence {}  ran on {node}", clock(at));
+            runs.entry(at).or_default().push(node);
+        }
+    }
+    for node in &nodes {
+        node.task.cancel();
+    }
+    let doubles = runs.values().filter(|nodes| nodes.len() > 1).count();
+    println!("\n{} occurrences run, {doubles} run twice", runs.len());
     Ok(())
 }

@@ -431,3 +431,22 @@ fn per_second_runs_follow_the_wall_clock_never_early() {
     }
     assert_eq!(count.load(SeqCst), 4, "no run after the cancel returned");
 }
+
+/// A machine without the `tzdata` package (a slim container image) has no
+/// `/usr/share/zoneinfo`; jiff then turns to the copy of the database compiled in (its
+/// `tzdb-bundle-always`, which the `cron` feature turns on), and without that copy every zone
+/// but UTC is unknown there. This checks the copy is in the build and knows the zones and the
+/// rules the DST tests use (the system's copy, where there is one, is read first).
+#[test]
+fn the_binary_carries_a_time_zone_database_for_machines_without_one() {
+    let bundled = jiff::tz::TimeZoneDatabase::bundled();
+    for zone in ["Europe/Berlin", "America/New_York", "Asia/Tokyo"] {
+        assert!(
+            bundled.get(zone).is_ok(),
+            "{zone} is not in the bundled database"
+        );
+    }
+    let berlin = bundled.get("Europe/Berlin").unwrap();
+    let gap_end = jiff::Timestamp::from_second(1_774_746_000).unwrap(); // 2026-03-29T01:00Z
+    assert_eq!(gap_end.to_zoned(berlin).hour(), 3, "03:00 CEST");
+}

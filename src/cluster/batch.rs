@@ -23,6 +23,11 @@ pub(super) struct ClaimRequest {
     pub(super) grace_ns: i64,
     /// The last claim this owner handled (ran, or gave up).
     pub(super) known: i64,
+    /// The job's cron text (empty for a period), and for a cron job the occurrence it claims
+    /// and until when (see [`CLAIM`](super::sql::CLAIM)).
+    pub(super) cron: Arc<str>,
+    pub(super) want: Option<i64>,
+    pub(super) until_ns: i64,
     pub(super) reply: Reply<ClaimAnswer>,
 }
 
@@ -55,6 +60,8 @@ pub(super) struct ClaimAnswer {
     pub(super) from: i64,
     /// The unconfirmed claim this one superseded: its run, and whether it was a trigger.
     pub(super) orphan: Option<(i64, bool)>,
+    /// The stored cron text, read for a `Mismatch` only.
+    pub(super) cron: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,6 +76,8 @@ pub(super) enum Outcome {
         trigger: bool,
     },
     Leased,
+    /// A cron claim's occurrence is past the time it could be claimed (see `sql::CLAIM`).
+    Stale,
     Paused,
     Won {
         run: i64,
@@ -290,6 +299,7 @@ pub(super) fn answer(row: &Row, received: Instant) -> Result<ClaimAnswer, tokio_
             trigger,
         },
         "leased" => Outcome::Leased,
+        "stale" => Outcome::Stale,
         "paused" => Outcome::Paused,
         "won" => Outcome::Won {
             run: new_run,
@@ -318,6 +328,10 @@ pub(super) fn answer(row: &Row, received: Instant) -> Result<ClaimAnswer, tokio_
         orphan: match row.try_get::<_, Option<i64>>(13)? {
             Some(run) => Some((run, row.try_get::<_, Option<bool>>(14)?.unwrap_or(false))),
             None => None,
+        },
+        cron: match outcome {
+            Outcome::Mismatch => row.try_get(16)?,
+            _ => None,
         },
     })
 }

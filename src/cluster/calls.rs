@@ -24,6 +24,7 @@
 
 use super::batch::{ClaimRequest, LeaseState, Queue, ReleaseRequest};
 use super::error::{StoreError, StoreErrorKind};
+use super::schedule::Stored;
 use super::sql;
 use super::stats::Counters;
 use super::ClusterError;
@@ -43,13 +44,16 @@ const MIN_BACKOFF: Duration = Duration::from_millis(50);
 /// Longest wait between connect attempts: how late a node notices that the server is back.
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// The parameter types of [`sql::CLAIM`] and [`sql::RELEASE`].
-const CLAIM_TYPES: [Type; 8] = [
+const CLAIM_TYPES: [Type; 11] = [
     Type::TEXT_ARRAY,
     Type::INT8_ARRAY,
     Type::INT8_ARRAY,
     Type::TEXT_ARRAY,
     Type::TEXT_ARRAY,
     Type::INT8_ARRAY,
+    Type::INT8_ARRAY,
+    Type::INT8_ARRAY,
+    Type::TEXT_ARRAY,
     Type::INT8_ARRAY,
     Type::INT8_ARRAY,
 ];
@@ -192,25 +196,29 @@ impl StoreCore {
         self.runtime.spawn(fut)
     }
 
-    /// Registers a job (see [`sql::REGISTER`] and [`sql::TAKE_OVER`]); gives the stored grid
-    /// after it, and whether a takeover changed it.
+    /// Registers a job (see [`sql::REGISTER`] and [`sql::TAKE_OVER`]); gives the stored
+    /// settings after it (`ours` if a takeover changed them).
     pub(super) async fn register(
         &self,
         job: &str,
-        grid: (i64, i64),
+        ours: Stored,
         grace_ns: i64,
         take_over: bool,
-    ) -> Result<(i64, i64), ClusterError> {
+    ) -> Result<Stored, ClusterError> {
         let job = job.to_owned();
-        let args: [(&(dyn ToSql + Sync), Type); 4] = [
+        let args: [(&(dyn ToSql + Sync), Type); 5] = [
             (&job, Type::TEXT),
-            (&grid.0, Type::INT8),
-            (&grid.1, Type::INT8),
+            (&ours.grid.0, Type::INT8),
+            (&ours.grid.1, Type::INT8),
             (&grace_ns, Type::INT8),
+            (&ours.cron, Type::TEXT),
         ];
-        let grid_of = |rows: &[Row]| -> Option<(i64, i64)> {
+        let grid_of = |rows: &[Row]| -> Option<Stored> {
             let row = rows.first()?;
-            Some((row.try_get(0).ok()?, row.try_get(1).ok()?))
+            Some(Stored {
+                grid: (row.try_get(0).ok()?, row.try_get(1).ok()?),
+                cron: row.try_get(2).ok()?,
+            })
         };
         let mut stored = grid_of(&self.query("register", sql::REGISTER, &args).await?);
         if stored.is_none() {
@@ -223,11 +231,11 @@ impl StoreCore {
         let Some(stored) = stored else {
             return Err(ClusterError::Store(StoreError::unanswered("register")));
         };
-        if stored == grid || !take_over {
+        if stored == ours || !take_over {
             return Ok(stored);
         }
         self.query("register", sql::TAKE_OVER, &args).await?;
-        Ok(grid)
+        Ok(ours)
     }
 
     /// Extends a lease held by `owner` for `claim` to `now + lease_us`.
@@ -408,6 +416,7 @@ impl StoreCore {
                 tx.execute("SELECT pg_advisory_xact_lock($1)", &[&sql::DDL_LOCK_KEY])
                     .await?;
                 tx.batch_execute(sql::CREATE_TABLE).await?;
+                tx.batch_execute(sql::MIGRATE).await?;
                 tx.commit().await?;
                 // Pairs with the load above: later connects skip the DDL.
                 self.schema_ready.store(true, Ordering::Release);

@@ -42,15 +42,17 @@ pub enum ClusterError {
     /// [`StoreError`], which is also the [`source`](std::error::Error::source)).
     Store(StoreError),
     /// This node's settings for the job differ from the ones the store holds (another
-    /// replica runs it with another period or offset). The node does not run the job until
-    /// they agree again; build it with
+    /// replica runs it with another period or offset, or another cron schedule). The node
+    /// does not run the job until they agree again; build it with
     /// [`take_over`](super::ClusterJobBuilder::take_over) to move the job to the new settings.
+    /// A cron schedule shows here as a zero period and offset; the store's is in
+    /// [`JobInfo::cron`](super::JobInfo::cron).
     ConfigMismatch {
         /// The job's cluster-wide name.
         job: String,
-        /// The period and offset the store holds.
+        /// The period and offset the store holds (zero: a cron schedule).
         stored: (Duration, Duration),
-        /// The period and offset this node asked for.
+        /// The period and offset this node asked for (zero: a cron schedule).
         ours: (Duration, Duration),
     },
     /// A planned run that no node will run, and why. Reported once, by the node that found
@@ -363,12 +365,25 @@ impl fmt::Display for ClusterError {
             Self::InvalidJob(why) => write!(f, "invalid cluster job: {why}"),
             Self::Unavailable(err) => write!(f, "lock store unavailable: {err}"),
             Self::Store(err) => write!(f, "lock store error: {err}"),
-            Self::ConfigMismatch { job, stored, ours } => write!(
-                f,
-                "job `{job}` is stored with period {:?} offset {:?}, this node has period {:?} \
-                 offset {:?}: not run here",
-                stored.0, stored.1, ours.0, ours.1
-            ),
+            Self::ConfigMismatch { job, stored, ours } => {
+                let settings = |(period, offset): &(Duration, Duration)| match period.is_zero() {
+                    true => "a cron schedule".to_owned(),
+                    false => format!("period {period:?} offset {offset:?}"),
+                };
+                let (stored, ours) = (settings(stored), settings(ours));
+                if stored == ours {
+                    // Two cron schedules (the store's is in the job table).
+                    write!(
+                        f,
+                        "job `{job}` is stored with another cron schedule: not run here"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "job `{job}` is stored with {stored}, this node has {ours}: not run here"
+                    )
+                }
+            }
             Self::RunSkipped {
                 job, run, reason, ..
             } => write!(f, "run {run} of job `{job}` skipped: {reason}"),

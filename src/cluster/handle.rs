@@ -82,7 +82,8 @@ impl ClusterTask {
 
     /// Blocks until this node's part of the job ends: `Cancelled` after [`cancel`](Self::cancel),
     /// `Panicked` after a run panicked (unless the job survives panics), `Shutdown` when the
-    /// pool shut down. Do not call it from a task of the same pool.
+    /// pool shut down, `Ok(())` when a cron schedule has no occurrence left. Do not call it
+    /// from a task of the same pool.
     pub fn join(&self) -> Result<(), TaskError> {
         let mut state = self.shared.state.lock();
         loop {

@@ -1,33 +1,18 @@
 //! `ClusterJob` and its builder: a job's cluster-wide name, lease and error handler.
 
+use super::checks::{
+    check_grace, check_lease, check_name, default_grace, random_tag, MAX_SPAN, MIN_STEP,
+};
 use super::handle::ClusterTask;
 use super::pg::PgLockStore;
 use super::run::ClusterRun;
+use super::schedule::Schedule;
 use super::task::{ErrorHandler, Shared, Spec};
 use super::ClusterError;
 use crate::sync::Arc;
 use crate::Handle;
-use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
-
-/// The shortest period and lease accepted: the pool's default tick.
-const MIN_STEP: Duration = Duration::from_millis(1);
-
-/// The longest period, offset, lease or misfire grace accepted (100 years): the store counts
-/// time in nanoseconds since the epoch in a signed 64-bit integer, which ends in 2262.
-const MAX_SPAN: Duration = Duration::from_secs(100 * 365 * 86_400);
-
-/// The longest job name and node label accepted (the name is the store's primary key).
-const MAX_NAME: usize = 200;
-
-/// The misfire grace when none is set: three periods, at least 1 s, at most Quartz's 60 s.
-fn default_grace(period: Duration) -> Duration {
-    period
-        .saturating_mul(3)
-        .clamp(Duration::from_secs(1), Duration::from_secs(60))
-}
 
 /// A job that runs once per planned run across every node that schedules it under the same
 /// name and store. Build it with [`ClusterJob::builder`], then schedule it on each node's pool
@@ -90,9 +75,10 @@ pub struct ClusterJobBuilder {
 
 impl ClusterJob {
     /// Starts building the job `name` (its key in `store`: every node must use the same name,
-    /// period and offset for one job).
+    /// period and offset, or cron schedule, for one job).
     ///
-    /// Defaults: the lease (`at_most_for`) is the period; the node label is `pid<process id>`;
+    /// Defaults: the lease (`at_most_for`) is the period (for a cron schedule, the time
+    /// between its next two occurrences); the node label is `pid<process id>`;
     /// the grid starts on the Unix epoch (offset zero); a panicking run stops this node's part
     /// of the job; errors go to the pool's panic handler (see
     /// [`on_error`](ClusterJobBuilder::on_error)).
@@ -196,40 +182,128 @@ impl ClusterJob {
     where
         F: FnMut(&ClusterRun<'_>) + Send + 'static,
     {
-        let spec = self.spec(period)?;
+        if !(MIN_STEP..=MAX_SPAN).contains(&period) {
+            return Err(ClusterError::InvalidJob(format!(
+                "period {period:?} is not within 1 ms ..= 100 years"
+            )));
+        }
+        if self.offset >= period {
+            return Err(ClusterError::InvalidJob(format!(
+                "offset {:?} is not under the period {period:?}",
+                self.offset
+            )));
+        }
+        let schedule = Schedule::Every {
+            period,
+            offset: self.offset,
+        };
+        self.start(schedule, Box::new(f), handle)
+    }
+
+    /// Schedules this node's part of the job by a calendar (features `postgres` and `cron`):
+    /// each occurrence of `cron` (an expression in a time zone, see [`crate::cron`]) on the
+    /// store's clock is run once, by the first node to claim it; no other node runs it. An
+    /// occurrence is named by its instant ([`ClusterRun::planned_at`]; its
+    /// [`number`](ClusterRun::number) is that instant in nanoseconds since the Unix epoch), so
+    /// no instant runs twice, even across nodes with different expressions or a takeover.
+    /// Daylight saving follows [`Handle::schedule_cron`](crate::Handle::schedule_cron)'s rule:
+    /// a skipped time runs after the gap (or, with
+    /// [`SkippedTime::Skip`](crate::cron::SkippedTime::Skip), not at all), a repeated time
+    /// once. Everything else is as for [`schedule_at_fixed_rate`](Self::schedule_at_fixed_rate)
+    /// and the [module docs](super): the misfire grace runs from the next occurrence, the
+    /// lease and the grace default to the time between the next two occurrences (grace: three
+    /// of them, 1 s to 60 s), and nodes must have the same expression and zone (compared as
+    /// text, fields separated by single spaces), or be built to
+    /// [`take_over`](ClusterJobBuilder::take_over). The first occurrence that may run is the
+    /// first after the job was first registered with the store.
+    ///
+    /// The zone's rules come from each node's time zone database: nodes whose databases
+    /// disagree on a zone (one updated for a rule change, one not) name the same wall-clock
+    /// time by different instants, and may both run it. Give every node the same one (the
+    /// same system `tzdata`, or the same build: wheelpool bundles one for machines without).
+    ///
+    /// # Errors
+    ///
+    /// As [`schedule_at_fixed_rate`](Self::schedule_at_fixed_rate);
+    /// [`ClusterError::InvalidJob`] also for an [`offset`](ClusterJobBuilder::offset) (which
+    /// a calendar has no use for) or an expression with no occurrence left.
+    ///
+    /// # Examples
+    ///
+    /// Without a database every claim fails, and each error goes to the handler.
+    ///
+    /// ```
+    /// use std::sync::{mpsc, Arc};
+    /// use std::time::Duration;
+    /// use wheelpool::cluster::{ClusterError, ClusterJob, PgLockStore};
+    /// use wheelpool::cron::Cron;
+    /// use wheelpool::{ScheduledThreadPool, TaskError};
+    ///
+    /// let pool = ScheduledThreadPool::builder().threads(1).build().unwrap();
+    /// let store = Arc::new(PgLockStore::connect_lazy("host=127.0.0.1 port=1 connect_timeout=1").unwrap());
+    /// let (tx, rx) = mpsc::channel();
+    /// let job = ClusterJob::builder("nightly-billing", store)
+    ///     .on_error(move |err| { let _ = tx.send(err); })
+    ///     .build()
+    ///     .unwrap();
+    /// let nightly = Cron::parse("0 3 * * *", "Europe/Berlin").unwrap();
+    /// let task = job
+    ///     .schedule_cron(&pool.handle(), |run| println!("billing for {:?}", run.planned_at()), &nightly)
+    ///     .unwrap();
+    /// let err = rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    /// assert!(matches!(err, ClusterError::Unavailable { .. }));
+    /// assert!(task.cancel());
+    /// assert_eq!(task.join(), Err(TaskError::Cancelled));
+    /// ```
+    #[cfg(feature = "cron")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "cron")))]
+    pub fn schedule_cron<F>(
+        &self,
+        handle: &Handle,
+        f: F,
+        cron: &crate::cron::Cron,
+    ) -> Result<ClusterTask, ClusterError>
+    where
+        F: FnMut(&ClusterRun<'_>) + Send + 'static,
+    {
+        if !self.offset.is_zero() {
+            return Err(ClusterError::InvalidJob(format!(
+                "offset {:?} does not apply to a cron schedule",
+                self.offset
+            )));
+        }
+        let occurrences = super::calendar::Occurrences::new(cron)?;
+        self.start(Schedule::Cron(Box::new(occurrences)), Box::new(f), handle)
+    }
+
+    fn start(
+        &self,
+        schedule: Schedule,
+        body: super::task::Body,
+        handle: &Handle,
+    ) -> Result<ClusterTask, ClusterError> {
+        let spec = self.spec(schedule)?;
         let shared = Shared::start(
             spec,
             self.store.core().clone(),
             handle,
             self.on_error.clone(),
-            Box::new(f),
+            body,
         )?;
         Ok(ClusterTask::new(shared))
     }
 
-    fn spec(&self, period: Duration) -> Result<Spec, ClusterError> {
-        let invalid = |why: String| Err(ClusterError::InvalidJob(why));
-        let lease = self.lease.unwrap_or(period);
-        let grace = self.grace.unwrap_or_else(|| default_grace(period));
-        if !(MIN_STEP..=MAX_SPAN).contains(&period) {
-            return invalid(format!(
-                "period {period:?} is not within 1 ms ..= 100 years"
-            ));
-        }
-        if self.offset >= period {
-            return invalid(format!(
-                "offset {:?} is not under the period {period:?}",
-                self.offset
-            ));
-        }
+    fn spec(&self, schedule: Schedule) -> Result<Spec, ClusterError> {
+        let step = schedule.step().min(MAX_SPAN);
+        let lease = self.lease.unwrap_or(step);
+        let grace = self.grace.unwrap_or_else(|| default_grace(step));
         check_lease(lease)?;
         check_grace(grace)?;
         Ok(Spec {
             job: self.name.as_str().into(),
             node: self.node.as_str().into(),
             owner: format!("{}#{}", self.node, random_tag()).into(),
-            period,
-            offset: self.offset,
+            schedule,
             lease,
             grace,
             take_over: self.take_over,
@@ -237,58 +311,6 @@ impl ClusterJob {
             survive_panics: self.survive_panics,
         })
     }
-}
-
-/// A random tag that tells apart two chains given the same node label: 128 bits, so that two
-/// chains of one job never draw the same one (they would take each other's claims back).
-fn random_tag() -> String {
-    let half = || {
-        let mut hasher = RandomState::new().build_hasher();
-        hasher.write_u32(std::process::id());
-        hasher.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos()),
-        );
-        hasher.finish()
-    };
-    format!("{:016x}{:016x}", half(), half())
-}
-
-/// Checks a lease: 1 ms ..= 100 years, in whole microseconds (the store's unit for it).
-fn check_lease(lease: Duration) -> Result<(), ClusterError> {
-    if !(MIN_STEP..=MAX_SPAN).contains(&lease) || lease.subsec_nanos() % 1_000 != 0 {
-        return Err(ClusterError::InvalidJob(format!(
-            "at_most_for {lease:?} is not a whole number of microseconds within 1 ms ..= 100 years"
-        )));
-    }
-    Ok(())
-}
-
-/// Checks a misfire grace: at most 100 years.
-fn check_grace(grace: Duration) -> Result<(), ClusterError> {
-    if grace > MAX_SPAN {
-        return Err(ClusterError::InvalidJob(format!(
-            "misfire_grace {grace:?} is over 100 years"
-        )));
-    }
-    Ok(())
-}
-
-/// Checks a name or label: 1 to [`MAX_NAME`] bytes, no NUL (the store's text cannot hold one).
-fn check_name(what: &str, name: &str) -> Result<(), ClusterError> {
-    if name.is_empty() || name.len() > MAX_NAME {
-        return Err(ClusterError::InvalidJob(format!(
-            "the {what} must be 1 to {MAX_NAME} bytes, got {} bytes",
-            name.len()
-        )));
-    }
-    if name.contains('\0') {
-        return Err(ClusterError::InvalidJob(format!(
-            "the {what} {name:?} holds a NUL byte"
-        )));
-    }
-    Ok(())
 }
 
 impl ClusterJobBuilder {
@@ -333,7 +355,7 @@ impl ClusterJobBuilder {
 
     /// Shifts the grid: run `k` is planned at `offset + k * period` after the Unix epoch on
     /// the store's clock. A daily job at 03:00 UTC: period 24 h, offset 3 h. Must be under the
-    /// period.
+    /// period. A cron schedule takes none (its expression says when).
     ///
     /// # Examples
     ///
@@ -357,7 +379,9 @@ impl ClusterJobBuilder {
     /// is skipped and reported ([`ClusterError::RunSkipped`] with
     /// [`SkipReason::Misfired`](super::SkipReason::Misfired)). Quartz calls it the misfire
     /// threshold. Default: three periods, at least 1 s, at most 60 s. Zero: a run is claimable
-    /// only within its own period (a node that comes late runs the current run only).
+    /// only within its own period (a node that comes late runs the current run only). For a
+    /// cron schedule, an occurrence is claimable until `grace` after the next occurrence, and
+    /// the default is three times the time between its next two occurrences (1 s to 60 s).
     ///
     /// # Examples
     ///
@@ -375,9 +399,10 @@ impl ClusterJobBuilder {
         self
     }
 
-    /// Move the job to this node's period and offset if the store holds others (a rolling
-    /// deploy that changes the schedule). The new grid starts after the end of the old
-    /// grid's last claimed period, so no stretch of time is run twice; nodes still on the old
+    /// Move the job to this node's period and offset (or cron schedule) if the store holds
+    /// others (a rolling deploy that changes the schedule). The new grid starts after the end
+    /// of the old grid's last claimed period, so no stretch of time is run twice (a new cron
+    /// schedule: its first occurrence after the last instant claimed); nodes still on the old
     /// settings stop running it and report [`ClusterError::ConfigMismatch`]. Without it
     /// (the default) a node whose settings differ does not run the job.
     ///

@@ -27,6 +27,11 @@
 //! # }
 //! ```
 //!
+//! With the `cron` feature too, a job can follow a calendar instead of a period:
+//! [`ClusterJob::schedule_cron`] runs each occurrence of a [`Cron`](crate::cron::Cron)
+//! expression in a time zone ("03:00 every night, Berlin time") once across the nodes, with
+//! the same rule as below; an occurrence is named by its instant instead of a run number.
+//!
 //! # The rule
 //!
 //! What is guaranteed, and what it rests on. A *node* is one chain of wake-ups: one
@@ -37,6 +42,18 @@
 //!   to 100 years; `Duration::from_secs(1) / 3` is fine). The store keeps the job's period
 //!   and offset in its row, and every claim reads the store's clock once, in the same atomic
 //!   statement that decides it. No node's clock is compared with another's.
+//! - **A cron job's runs are named by their instants** (feature `cron`): an occurrence is
+//!   due when the store's clock reaches its instant, and its run "number" is that instant in
+//!   nanoseconds since the epoch. The row holds the expression and zone as the job's settings
+//!   and, as for a period, the latest run claimed: an instant, after which alone a claim may
+//!   take one. The database does not evaluate the expression: the node names the occurrence
+//!   it claims and until when it is claimable (the next occurrence plus the grace), and the
+//!   claim statement checks both against the store's clock. So two nodes whose clocks or
+//!   expressions differ can never both run one instant, and a takeover to a new expression
+//!   (or from a period to a calendar and back) runs nothing at or before the last instant
+//!   claimed. Daylight saving follows the in-process rule
+//!   ([`Handle::schedule_cron`](crate::Handle::schedule_cron)): a skipped time runs after the
+//!   gap or not at all, a repeated time once.
 //! - **A run is claimed at most once, ever**, across all nodes and all settings. The row holds
 //!   the highest run number claimed; a claim takes the oldest run after it that is due and
 //!   still claimable (run `k` is, until the *misfire grace* after run `k + 1` is planned),
@@ -75,8 +92,8 @@
 //!   of every period, and no claims that must be tried again), and moves when that node is
 //!   late by the standby delay, stops, or dies (then after its lease). Jobs spread over the
 //!   nodes as they first win them; a cluster has no notion of balancing them.
-//! - **Settings never drift silently.** A node whose period or offset differ from the row's
-//!   does not run the job and reports [`ClusterError::ConfigMismatch`] (an error from
+//! - **Settings never drift silently.** A node whose period or offset (or cron expression and
+//!   zone, compared as text) differ from the row's does not run the job and reports [`ClusterError::ConfigMismatch`] (an error from
 //!   `schedule_at_fixed_rate` if it finds it then). Built with
 //!   [`take_over`](ClusterJobBuilder::take_over), it moves the row to its settings instead:
 //!   the new grid's first run is planned no earlier than the end of the old grid's last
@@ -107,6 +124,15 @@
 //! - **Nodes' wake-ups are planned from the store's clock as last read**, re-read at every
 //!   claim; a node whose own clock runs fast or slow by more than the standby delay between
 //!   two claims may let another node take a run over (never twice).
+//! - **A cron job's nodes must read the same time zone rules.** Each node turns wall-clock
+//!   times into instants with its own time zone database; two that disagree on a zone (one
+//!   updated for a change of its rules, one not) name one wall-clock time by two instants,
+//!   and both may run. Ship one `tzdata` (or one build: the `cron` feature bundles a copy for
+//!   machines without one) to every node.
+//! - **A cron job starts with the first occurrence after it was first registered**; earlier
+//!   occurrences are neither run nor reported. A stretch of more than 10 000 occurrences
+//!   skipped at once (a per-second job down for hours) counts as 10 000 in the stats (its
+//!   first 100 and its last are reported, as for a period).
 //!
 //! # Where it runs, and failures
 //!
@@ -134,10 +160,17 @@
 //!
 //! `cargo run --example cluster_job --features postgres` starts a throwaway PostgreSQL server
 //! (or uses `DATABASE_URL`) and three nodes, and prints which node ran each period;
-//! `cargo run --example cluster_jobs_table --features postgres` prints the job table.
+//! `cargo run --example cluster_jobs_table --features postgres` prints the job table;
+//! `cargo run --example cluster_job --features postgres,cron` also runs a per-second cron job
+//! on the three nodes.
 
 mod batch;
+#[cfg(feature = "cron")]
+mod calendar;
 mod calls;
+mod checks;
+#[cfg(feature = "cron")]
+mod cron_chain;
 mod error;
 mod handle;
 mod job;
@@ -145,6 +178,7 @@ mod pg;
 mod report;
 mod run;
 mod running;
+mod schedule;
 mod send;
 mod sql;
 mod stats;

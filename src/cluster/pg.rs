@@ -95,11 +95,16 @@ pub struct PgLockStoreBuilder {
 pub struct JobInfo {
     /// The job's cluster-wide name.
     pub name: String,
-    /// Its period and offset (run `k` is planned at `offset + k * period` after the epoch).
+    /// Its period and offset (run `k` is planned at `offset + k * period` after the epoch);
+    /// both zero for a cron job.
     pub period: Duration,
     /// See `period`.
     pub offset: Duration,
-    /// The last run number claimed (or given up), if any run was claimed yet.
+    /// A cron job's schedule, as nodes compare it: the expression and the zone
+    /// (`0 3 * * * (Europe/Berlin)`); `None` for a periodic job.
+    pub cron: Option<String>,
+    /// The last run number claimed (or given up), if any run was claimed yet; for a cron job,
+    /// the last occurrence's instant in nanoseconds since the Unix epoch.
     pub last_run: Option<u64>,
     /// The node label that made the last claim, and when (`None` before the first claim).
     pub last_claim: Option<(String, SystemTime)>,
@@ -109,7 +114,8 @@ pub struct JobInfo {
     pub paused: bool,
     /// Runs asked for with [`PgLockStore::trigger`] and not claimed yet.
     pub pending_triggers: u64,
-    /// When the next planned run comes.
+    /// When the next planned run comes. For a cron job, by this node's reading of the
+    /// expression (feature `cron`); `read_at` if this node cannot read it.
     pub next_run: SystemTime,
     /// The database's clock when it was read.
     pub read_at: SystemTime,
@@ -435,12 +441,22 @@ fn job_info(row: &Row) -> JobInfo {
     let claimed_at: i64 = row.get(6);
     let until: i64 = row.get(7);
     let now: i64 = row.get(10);
+    let cron: String = row.get(11);
     let due = (i128::from(now) - i128::from(offset)).div_euclid(i128::from(period));
-    let next = i128::from(offset) + (due.max(i128::from(last_run)) + 1) * i128::from(period);
+    let next = if cron.is_empty() {
+        i128::from(offset) + (due.max(i128::from(last_run)) + 1) * i128::from(period)
+    } else {
+        next_occurrence(&cron, last_run.max(now)).map_or(i128::from(now), i128::from)
+    };
+    let span = |ns: i64| match cron.is_empty() {
+        true => Duration::from_nanos(ns.unsigned_abs()),
+        false => Duration::ZERO,
+    };
     JobInfo {
         name: row.get(0),
-        period: Duration::from_nanos(period.unsigned_abs()),
-        offset: Duration::from_nanos(offset.unsigned_abs()),
+        period: span(period),
+        offset: span(offset),
+        cron: (!cron.is_empty()).then_some(cron),
         last_run: (claims > 0).then(|| u64::try_from(last_run).unwrap_or(0)),
         last_claim: (claims > 0).then(|| (row.get(5), system_time(claimed_at.into()))),
         lease_until: (until > now).then(|| system_time(until.into())),
@@ -449,6 +465,19 @@ fn job_info(row: &Row) -> JobInfo {
         next_run: system_time(next),
         read_at: system_time(now.into()),
     }
+}
+
+/// The first occurrence after `after` (ns) of a cron job's stored schedule, if this node can
+/// read it.
+#[cfg(feature = "cron")]
+fn next_occurrence(settings: &str, after: i64) -> Option<i64> {
+    let cron = super::calendar::parse_settings(settings)?;
+    super::calendar::Occurrences::new(&cron).ok()?.next(after)
+}
+
+#[cfg(not(feature = "cron"))]
+fn next_occurrence(_settings: &str, _after: i64) -> Option<i64> {
+    None
 }
 
 impl fmt::Debug for PgLockStore {

@@ -10,6 +10,10 @@ use super::task::{retry_after, Shared, MIN_RETRY};
 use std::panic;
 use std::time::Duration;
 
+/// A long outage may skip thousands of runs: each is counted, but a bounded number reported
+/// one by one, then the rest as one event for the last of them.
+const ONE_BY_ONE: usize = 100;
+
 impl Shared {
     /// A failed store call: report it, and the wait before the chain tries again. In a long
     /// streak (the database down for minutes) the first three failures are reported, then
@@ -26,25 +30,42 @@ impl Shared {
         retry_after(MIN_RETRY, errors)
     }
 
-    /// Reports runs `from..=to` as skipped for `reason` (nothing if the range is empty).
+    /// Reports runs `from..=to` as skipped for `reason` (nothing if the range is empty). For
+    /// a cron schedule, the occurrences in that stretch of instants; an unconfirmed run is
+    /// reported as it is (a triggered run's number need not be an occurrence).
     pub(super) fn skipped(&self, grid: (i64, i64), from: i64, to: i64, reason: SkipReason) {
         if from > to {
             return;
         }
+        #[cfg(feature = "cron")]
+        if let Some(occ) = self
+            .spec
+            .schedule
+            .occurrences()
+            .filter(|_| !matches!(reason, SkipReason::Unconfirmed { .. }))
+        {
+            let within = occ.within(from, to, ONE_BY_ONE);
+            self.count(|c| c.skipped(reason, within.count));
+            for run in within.listed.into_iter().chain(within.last) {
+                self.report_skipped(grid, run, reason);
+            }
+            return;
+        }
         let runs = u64::try_from(to - from + 1).unwrap_or(u64::MAX);
         self.count(|c| c.skipped(reason, runs));
-        // A long outage may skip thousands of runs: each is reported, but a bounded number
-        // one by one, then the rest as one event for the last of them.
-        const ONE_BY_ONE: i64 = 100;
-        let last_single = to.min(from + ONE_BY_ONE - 1);
+        let last_single = to.min(from + ONE_BY_ONE as i64 - 1);
         for run in (from..=last_single).chain((last_single < to).then_some(to)) {
-            self.report(ClusterError::RunSkipped {
-                job: self.spec.job.to_string(),
-                run: u64::try_from(run).unwrap_or(0),
-                planned_at: system_time(self.planned(grid, run)),
-                reason,
-            });
+            self.report_skipped(grid, run, reason);
         }
+    }
+
+    fn report_skipped(&self, grid: (i64, i64), run: i64, reason: SkipReason) {
+        self.report(ClusterError::RunSkipped {
+            job: self.spec.job.to_string(),
+            run: u64::try_from(run).unwrap_or(0),
+            planned_at: system_time(self.planned(grid, run)),
+            reason,
+        });
     }
 
     /// Counts on this job and on the node's store alike.

@@ -36,8 +36,10 @@ pub(super) struct Won {
 
 impl ClusterRun<'_> {
     /// The run number, the same on every node: run `k` is planned at `offset + k * period`
-    /// after the Unix epoch. A triggered run carries the number of the last planned run
-    /// before it.
+    /// after the Unix epoch. For a cron job, the occurrence's instant in nanoseconds since the
+    /// Unix epoch ([`planned_at`](Self::planned_at) as a number). A triggered run carries the
+    /// number of the last planned run before it (of a cron job that never ran: the instant
+    /// it was registered).
     pub fn number(&self) -> u64 {
         u64::try_from(self.run.run).unwrap_or(0)
     }
@@ -58,7 +60,8 @@ impl ClusterRun<'_> {
         self.run.trigger
     }
 
-    /// When this run was planned, on the store's clock, exactly (`offset + k * period`).
+    /// When this run was planned, on the store's clock, exactly (`offset + k * period`; for a
+    /// cron job, the occurrence).
     pub fn planned_at(&self) -> SystemTime {
         let (period, offset) = self.run.grid;
         system_time(i128::from(offset) + i128::from(self.run.run) * i128::from(period))

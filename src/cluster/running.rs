@@ -184,6 +184,10 @@ impl Shared {
             Ok(_) => {}
             Err(err) => self.report(err),
         }
+        #[cfg(feature = "cron")]
+        if self.spec.schedule.occurrences().is_some() {
+            return self.after_cron_run(won);
+        }
         if won.more {
             self.plan(Duration::ZERO);
         } else {

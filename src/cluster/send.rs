@@ -102,8 +102,12 @@ impl StoreCore {
         let leases: Vec<i64> = batch.iter().map(|r| r.lease_us).collect();
         let graces: Vec<i64> = batch.iter().map(|r| r.grace_ns).collect();
         let known: Vec<i64> = batch.iter().map(|r| r.known).collect();
-        let args: [&(dyn ToSql + Sync); 8] = [
-            &names, &periods, &offsets, &owners, &nodes, &leases, &graces, &known,
+        let crons: Vec<&str> = batch.iter().map(|r| &*r.cron).collect();
+        let wants: Vec<Option<i64>> = batch.iter().map(|r| r.want).collect();
+        let untils: Vec<i64> = batch.iter().map(|r| r.until_ns).collect();
+        let args: [&(dyn ToSql + Sync); 11] = [
+            &names, &periods, &offsets, &owners, &nodes, &leases, &graces, &known, &crons, &wants,
+            &untils,
         ];
         let args = &args;
         let result = self

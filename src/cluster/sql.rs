@@ -3,6 +3,9 @@
 //!
 //! The rule these statements implement is in the [module docs](super); the columns:
 //! - `period_ns`, `offset_ns`: the job's grid; run `k` is planned at `offset_ns + k * period_ns`.
+//! - `cron`: empty for a periodic job; for a cron job its expression and zone (see
+//!   `calendar.rs`), whose grid is then 1 ns and 0: run `k` is the occurrence at the instant
+//!   `k` ns after the epoch. A node runs the job only if all three equal its own settings.
 //! - `last_run`: the highest run number claimed (or given up: skipped as too old or paused).
 //!   Only ever grows, except through a takeover, which re-counts it on the new grid so that no
 //!   planned time comes twice.
@@ -42,8 +45,25 @@ pub(super) const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS wheelpool_jobs
     claim_from    bigint NOT NULL DEFAULT 0,
     paused        boolean NOT NULL DEFAULT false,
     triggers      bigint NOT NULL DEFAULT 0,
-    triggers_run  bigint NOT NULL DEFAULT 0
+    triggers_run  bigint NOT NULL DEFAULT 0,
+    cron          text NOT NULL DEFAULT ''
 ) WITH (fillfactor = 50)";
+
+/// Brings a table made before cron jobs up to date: adds its `cron` column (empty: every row
+/// it holds is a periodic job, and keeps its runs). Looks in the catalog first, so a table
+/// already up to date takes no `ACCESS EXCLUSIVE` lock (which would queue behind claims);
+/// run under [`DDL_LOCK_KEY`], after [`CREATE_TABLE`]. Nodes of the earlier version go on
+/// working on the table: they never read the column, and a cron job's grid (1 ns) matches
+/// none of their settings, so they never run one. Adding the column needs the table's owner's
+/// rights (as creating it did); without them the connect fails with the database's error
+/// (SQLSTATE 42501), and is tried again at the next connect.
+pub(super) const MIGRATE: &str = "DO $$ BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = 'wheelpool_jobs'::regclass AND attname = 'cron'
+                     AND NOT attisdropped) THEN
+        ALTER TABLE wheelpool_jobs ADD COLUMN cron text NOT NULL DEFAULT '';
+    END IF;
+END $$";
 
 /// Concurrent `CREATE TABLE IF NOT EXISTS` can fail with a unique violation in the catalog:
 /// nodes starting together take this advisory lock around it.
@@ -97,38 +117,44 @@ macro_rules! int_floor_div {
 
 /// Registers a job: inserts its row if missing, with `last_run` just before the run due now
 /// (so the current period's run is the first claimable one: nothing planned before the job
-/// existed is claimed or reported). Gives the stored period and offset. `$1` name, `$2`
-/// period_ns, `$3` offset_ns, `$4` grace_ns (unused here, kept for one argument list).
+/// existed is claimed or reported; for a cron job, the occurrences after the registration).
+/// Gives the stored period, offset and cron text. `$1` name, `$2` period_ns, `$3` offset_ns,
+/// `$4` grace_ns (unused here, kept for one argument list), `$5` cron.
 pub(super) const REGISTER: &str = concat!(
     "WITH t AS (SELECT ",
     now_ns!("now()"),
     " AS now_ns),
-ins AS (INSERT INTO wheelpool_jobs (name, period_ns, offset_ns, last_run)
-    SELECT $1::text, $2::bigint, $3::bigint,
+ins AS (INSERT INTO wheelpool_jobs (name, period_ns, offset_ns, cron, last_run)
+    SELECT $1::text, $2::bigint, $3::bigint, $5::text,
            greatest(",
     floor_div!("t.now_ns - $3::bigint", "$2::bigint"),
     " - 1, -1) + 0 * $4::bigint
     FROM t
     ON CONFLICT (name) DO NOTHING
-    RETURNING period_ns, offset_ns)
-SELECT period_ns, offset_ns FROM ins
+    RETURNING period_ns, offset_ns, cron)
+SELECT period_ns, offset_ns, cron FROM ins
 UNION ALL
-SELECT period_ns, offset_ns FROM wheelpool_jobs WHERE name = $1::text AND NOT EXISTS (SELECT 1 FROM ins)"
+SELECT period_ns, offset_ns, cron FROM wheelpool_jobs
+WHERE name = $1::text AND NOT EXISTS (SELECT 1 FROM ins)"
 );
 
-/// The stored grid of a job (`$1` name): what [`REGISTER`] reads again when its own snapshot
+/// The stored settings of a job (`$1` name): what [`REGISTER`] reads again when its own snapshot
 /// missed a row another node inserted meanwhile.
 pub(super) const GRID: &str =
-    "SELECT period_ns, offset_ns FROM wheelpool_jobs WHERE name = $1::text";
+    "SELECT period_ns, offset_ns, cron FROM wheelpool_jobs WHERE name = $1::text";
 
 /// Moves a job to new settings (a takeover). The new grid's count starts after the end of the
 /// old grid's last claimed period, so no stretch of time is run twice; runs of the new grid
 /// still within the misfire grace are then claimable (and run or reported as any run); older
 /// ones, planned before anyone ran the new settings, are not. The lease, if held, stays.
-/// `$1` name, `$2` period_ns, `$3` offset_ns, `$4` grace_ns. Returns a row if it changed
-/// anything.
+/// A cron job's grid (1 ns) makes the same formula right for it: from a period to a cron
+/// schedule, the first claimable occurrence is after the old grid's last claimed period; from
+/// one expression to another, after the last occurrence claimed (an instant on both); from a
+/// cron schedule to a period, the first run is planned after it.
+/// `$1` name, `$2` period_ns, `$3` offset_ns, `$4` grace_ns, `$5` cron. Returns a row if it
+/// changed anything.
 pub(super) const TAKE_OVER: &str = concat!(
-    "UPDATE wheelpool_jobs SET period_ns = $2::bigint, offset_ns = $3::bigint,
+    "UPDATE wheelpool_jobs SET period_ns = $2::bigint, offset_ns = $3::bigint, cron = $5::text,
     last_run = greatest(
         -",
     floor_div!(
@@ -143,7 +169,7 @@ pub(super) const TAKE_OVER: &str = concat!(
 FROM (SELECT ",
     now_ns!("now()"),
     " AS now_ns) t
-WHERE name = $1::text AND (period_ns <> $2::bigint OR offset_ns <> $3::bigint)
+WHERE name = $1::text AND (period_ns <> $2::bigint OR offset_ns <> $3::bigint OR cron <> $5::text)
 RETURNING last_run"
 );
 
@@ -156,7 +182,11 @@ RETURNING last_run"
 /// `idle`: `last_run` only grows, so a stale read of them errs on the side of doing nothing.
 ///
 /// Arrays: `$1` name, `$2` period_ns, `$3` offset_ns, `$4` owner, `$5` node, `$6` lease_us,
-/// `$7` grace_ns, `$8` known claim_id (the last claim this owner ran).
+/// `$7` grace_ns, `$8` known claim_id (the last claim this owner ran), `$9` cron, `$10` want,
+/// `$11` until_ns. A periodic claim has `want` NULL: the statement finds the run. A cron
+/// claim names its occurrence, `want` (ns since the epoch; `i64::MAX` asks for nothing but
+/// the row's state), claimable until `until_ns`; for it `due` is `want` once the store's
+/// clock has reached it, and `k` is `want`, or `last_run + 1` if `want` was claimed already.
 ///
 /// Outcomes, in the order they are decided:
 /// - `missing`: no row (deleted by hand); `busy`: the row is locked.
@@ -164,6 +194,8 @@ RETURNING last_run"
 /// - `redeliver`: the row's last claim is this owner's and it never ran it (its answer was
 ///   lost): the same claim again, lease renewed.
 /// - `leased`: another owner's lease is held.
+/// - `stale`: a cron claim's `want` is due and unclaimed but past `until_ns` (the node's
+///   estimate of the store's clock was behind): nothing changes; the node names another.
 /// - `paused` (with a run due): the due runs are given up: `last_run` moves to `due`.
 /// - `won`: run `k = max(last_run + 1, oldest claimable run)` is planned at or before now: it
 ///   is claimed, runs `last_run + 1 .. k - 1` were too old (skipped). A run stays claimable
@@ -180,20 +212,25 @@ pub(super) const CLAIM: &str = concat!(
     now_ns!("now()"),
     " AS now_ns),
 r AS (SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[], $5::text[],
-                          $6::bigint[], $7::bigint[], $8::bigint[]) WITH ORDINALITY
-      AS r(name, period_ns, offset_ns, owner, node, lease_us, grace_ns, known, i)),
+                          $6::bigint[], $7::bigint[], $8::bigint[], $9::text[], $10::bigint[],
+                          $11::bigint[]) WITH ORDINALITY
+      AS r(name, period_ns, offset_ns, owner, node, lease_us, grace_ns, known, cron, want,
+           until_ns, i)),
 c AS (SELECT j.* FROM wheelpool_jobs j JOIN r ON r.name = j.name CROSS JOIN t
-      WHERE j.last_run < ",
+      WHERE (r.want IS NULL AND j.last_run < ",
     int_floor_div!("t.now_ns - j.offset_ns", "j.period_ns"),
-    "
+    ")
+         OR (r.want > j.last_run AND r.want <= t.now_ns AND t.now_ns < r.until_ns)
          OR j.triggers > j.triggers_run OR (j.locked_by = r.owner AND j.claim_id <> r.known)
       ORDER BY j.name FOR UPDATE OF j SKIP LOCKED),
 x AS (SELECT r.*, t.now, t.now_ns, c.name IS NOT NULL AS locked, s.name IS NOT NULL AS present,
-        s.last_run < ",
+        (r.want IS NULL AND s.last_run < ",
     int_floor_div!("t.now_ns - s.offset_ns", "s.period_ns"),
-    "
+    ")
+          OR (r.want > s.last_run AND r.want <= t.now_ns AND t.now_ns < r.until_ns)
           OR s.triggers > s.triggers_run OR (s.locked_by = r.owner AND s.claim_id <> r.known)
           AS needs_lock,
+        coalesce(c.cron, s.cron) AS s_cron,
         coalesce(c.period_ns, s.period_ns) AS s_period, coalesce(c.offset_ns, s.offset_ns) AS s_offset,
         coalesce(c.last_run, s.last_run) AS last_run, coalesce(c.claim_id, s.claim_id) AS claim_id,
         coalesce(c.locked_by, s.locked_by) AS locked_by, coalesce(c.paused, s.paused) AS paused,
@@ -206,19 +243,24 @@ x AS (SELECT r.*, t.now, t.now_ns, c.name IS NOT NULL AS locked, s.name IS NOT N
         coalesce(c.locked_until, s.locked_until) AS locked_until
       FROM r CROSS JOIN t LEFT JOIN wheelpool_jobs s ON s.name = r.name
       LEFT JOIN c ON c.name = r.name),
-g AS (SELECT x.*, ",
+g AS (SELECT x.*, CASE WHEN x.want IS NULL THEN ",
     int_floor_div!("x.now_ns - x.s_offset", "x.s_period"),
-    " AS due,
-        greatest(x.last_run + 1, ",
+    "
+          WHEN x.want <= x.now_ns THEN x.want ELSE x.want - 1 END AS due,
+        CASE WHEN x.want IS NULL THEN greatest(x.last_run + 1, ",
     int_floor_div!("x.now_ns - x.grace_ns - x.s_offset", "x.s_period"),
-    ") AS k
+    ")
+          ELSE greatest(x.want, x.last_run + 1) END AS k,
+        x.want IS NOT NULL AND x.now_ns >= x.until_ns AS stale
       FROM x),
 d AS (SELECT g.*, CASE
         WHEN NOT g.present THEN 'missing'
         WHEN NOT g.locked AND g.needs_lock THEN 'busy'
-        WHEN g.s_period <> g.period_ns OR g.s_offset <> g.offset_ns THEN 'mismatch'
+        WHEN g.s_period <> g.period_ns OR g.s_offset <> g.offset_ns OR g.s_cron <> g.cron
+          THEN 'mismatch'
         WHEN g.locked_by = g.owner AND g.claim_id <> g.known THEN 'redeliver'
         WHEN g.locked_until > g.now AND g.locked_by <> g.owner THEN 'leased'
+        WHEN g.k <= g.due AND g.stale THEN 'stale'
         WHEN g.k <= g.due AND g.paused THEN 'paused'
         WHEN g.k <= g.due THEN 'won'
         WHEN g.triggers > g.triggers_run AND NOT g.paused THEN 'triggered'
@@ -258,7 +300,7 @@ SELECT d.i, d.outcome, d.s_period, d.s_offset, d.last_run, d.k, d.due,
        CASE WHEN d.outcome IN ('won', 'triggered') AND d.claim_id > 0 AND NOT d.was_released
                  AND NOT (d.locked_by = d.owner AND d.claim_id = d.known)
             THEN d.s_claim_run END,
-       d.lease_trigger, u.new_from
+       d.lease_trigger, u.new_from, d.s_cron
 FROM d LEFT JOIN u ON u.name = d.name"
 );
 
@@ -303,7 +345,7 @@ pub(super) const JOBS: &str = concat!(
     now_ns!("locked_until"),
     ", paused, triggers - triggers_run, ",
     now_ns!("now()"),
-    " FROM wheelpool_jobs ORDER BY name"
+    ", cron FROM wheelpool_jobs ORDER BY name"
 );
 
 /// `$1` name, `$2` paused.

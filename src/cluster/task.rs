@@ -20,6 +20,7 @@ use super::batch::{ClaimAnswer, ClaimRequest, Outcome, Reply};
 use super::calls::{on_store_thread, LocalJob, StoreCore};
 use super::error::{ClusterError, SkipReason, StoreError};
 use super::run::{ClusterRun, Won};
+use super::schedule::{nanos, shown, Schedule, Stored};
 use super::stats::Counters;
 use crate::sync::{Arc, AtomicBool, Condvar, Mutex, Ordering, Weak};
 use crate::{Handle, ScheduleError, ScheduledFuture, TaskError};
@@ -32,7 +33,7 @@ const MARGIN: Duration = Duration::from_millis(1);
 
 /// Never sleep longer than this without asking the store again: bounds how far a node's clock
 /// may drift from the store's, and how late a node sees a trigger or a takeover.
-const RESYNC: Duration = Duration::from_secs(60);
+pub(super) const RESYNC: Duration = Duration::from_secs(60);
 
 /// First retry after a failed claim; doubles up to [`MAX_RETRY`].
 pub(super) const MIN_RETRY: Duration = Duration::from_millis(20);
@@ -61,8 +62,7 @@ pub(super) struct Spec {
     pub(super) job: Arc<str>,
     pub(super) node: Arc<str>,
     pub(super) owner: Arc<str>,
-    pub(super) period: Duration,
-    pub(super) offset: Duration,
+    pub(super) schedule: Schedule,
     pub(super) lease: Duration,
     pub(super) grace: Duration,
     pub(super) take_over: bool,
@@ -72,13 +72,16 @@ pub(super) struct Spec {
 
 impl Spec {
     fn grid(&self) -> (i64, i64) {
-        (nanos(self.period), nanos(self.offset))
+        self.schedule.grid()
     }
-}
 
-/// A duration in nanoseconds as the store's `bigint` (spans are checked to fit at build).
-fn nanos(d: Duration) -> i64 {
-    i64::try_from(d.as_nanos()).unwrap_or(i64::MAX)
+    /// This node's settings as the row would hold them.
+    fn stored(&self) -> Stored {
+        Stored {
+            grid: self.grid(),
+            cron: self.schedule.cron_text().to_owned(),
+        }
+    }
 }
 
 pub(super) struct Shared {
@@ -146,8 +149,12 @@ pub(super) struct Chain {
     /// Failed claims in a row, and busy rows in a row.
     pub(super) errors: u32,
     pub(super) busy: u32,
-    /// The stored grid last reported as a mismatch (reported once per change).
-    mismatch: Option<(i64, i64)>,
+    /// The stored settings last reported as a mismatch (reported once per change).
+    mismatch: Option<Stored>,
+    /// A cron job: the occurrence the next claim names (`None`: none known yet; the claim
+    /// then asks for the row's state, see `cron_chain.rs`).
+    #[cfg(feature = "cron")]
+    pub(super) target: Option<i64>,
 }
 
 crate::sync::thread_local! {
@@ -240,31 +247,30 @@ impl Shared {
         self.me.upgrade().expect("a run holds its chain")
     }
 
-    /// Inserts the job's row if missing and checks (or, with `take_over`, moves) its grid.
+    /// Inserts the job's row if missing and checks (or, with `take_over`, moves) its
+    /// settings.
     async fn register(&self) -> Result<(), ClusterError> {
-        let grid = self.spec.grid();
         let stored = self
             .store
             .register(
                 &self.spec.job,
-                grid,
+                self.spec.stored(),
                 nanos(self.spec.grace),
                 self.spec.take_over,
             )
             .await?;
-        if stored != grid {
-            return Err(self.mismatch(stored));
+        if !stored.matches(&self.spec.schedule) {
+            return Err(self.mismatch(&stored));
         }
         self.chain.lock().registered = true;
         Ok(())
     }
 
-    fn mismatch(&self, stored: (i64, i64)) -> ClusterError {
-        let span = |ns: i64| Duration::from_nanos(ns.unsigned_abs());
+    fn mismatch(&self, stored: &Stored) -> ClusterError {
         ClusterError::ConfigMismatch {
             job: self.spec.job.to_string(),
-            stored: (span(stored.0), span(stored.1)),
-            ours: (self.spec.period, self.spec.offset),
+            stored: shown(stored),
+            ours: self.spec.schedule.shown(),
         }
     }
 
@@ -298,6 +304,10 @@ impl Shared {
     fn claim(self: &Arc<Self>, known: i64) {
         let spec = &self.spec;
         let (period_ns, offset_ns) = spec.grid();
+        let Some((want, until_ns, probe)) = self.aim_claim() else {
+            self.end(Ok(())); // a cron schedule with no occurrence left
+            return;
+        };
         let shared = self.clone();
         self.store.claim(ClaimRequest {
             job: spec.job.clone(),
@@ -308,13 +318,17 @@ impl Shared {
             lease_us: i64::try_from(spec.lease.as_micros()).unwrap_or(i64::MAX),
             grace_ns: nanos(spec.grace),
             known,
-            reply: Reply::new(move |answer| shared.answered(answer)),
+            cron: spec.schedule.cron_text().into(),
+            want,
+            until_ns,
+            reply: Reply::new(move |answer| shared.answered(answer, probe)),
         });
     }
 
-    /// The store's answer to a claim (on the store's thread).
-    fn answered(self: Arc<Self>, answer: Result<ClaimAnswer, ClusterError>) {
-        let a = match answer {
+    /// The store's answer to a claim (on the store's thread); `probe`: a cron claim that
+    /// named no occurrence.
+    fn answered(self: Arc<Self>, answer: Result<ClaimAnswer, ClusterError>, probe: bool) {
+        let mut a = match answer {
             Ok(a) => a,
             Err(err) => {
                 let wait = self.failed(err);
@@ -338,6 +352,11 @@ impl Shared {
             ) {
                 chain.mismatch = None;
             }
+        }
+        if probe {
+            // It named no occurrence: what follows starts after the row's last run.
+            a.k = a.last_run.saturating_add(1);
+            a.due = a.last_run;
         }
         let won = |run, claim, trigger| Won {
             run,
@@ -367,12 +386,44 @@ impl Shared {
             }
             Outcome::Mismatch => {
                 self.count(|c| Counters::bump(&c.mismatches));
-                let fresh = self.chain.lock().mismatch.replace(a.grid) != Some(a.grid);
-                if fresh {
-                    self.report(self.mismatch(a.grid));
+                let stored = Stored {
+                    grid: a.grid,
+                    cron: a.cron.clone().unwrap_or_default(),
+                };
+                let last = self.chain.lock().mismatch.replace(stored.clone());
+                if last.as_ref() != Some(&stored) {
+                    self.report(self.mismatch(&stored));
                 }
-                self.plan(self.spec.period.min(RESYNC));
+                self.plan(self.spec.schedule.step().min(RESYNC));
             }
+            Outcome::Won { run, claim } => {
+                self.unconfirmed(&a);
+                self.skipped(a.grid, a.last_run + 1, a.k - 1, SkipReason::Misfired);
+                self.start_run(won(run, claim, false));
+            }
+            Outcome::Triggered { run, claim } => {
+                self.unconfirmed(&a);
+                self.start_run(won(run, claim, true));
+            }
+            Outcome::Redeliver {
+                run,
+                claim,
+                trigger,
+            } => {
+                // The runs the lost claim gave up are reported now, as its answer would have.
+                if !trigger {
+                    self.skipped(a.grid, a.from, run - 1, SkipReason::Misfired);
+                }
+                if !trigger && i128::from(a.store_ns) > self.deadline(a.grid, run) {
+                    self.skipped(a.grid, run, run, SkipReason::Misfired);
+                    self.handled(won(run, claim, trigger), false);
+                } else {
+                    self.start_run(won(run, claim, trigger));
+                }
+            }
+            #[cfg(feature = "cron")]
+            _ if self.spec.schedule.occurrences().is_some() => self.answered_cron(&a),
+            Outcome::Stale => self.plan(Duration::ZERO), // only a cron claim is answered so
             Outcome::Leased => {
                 // The current run is claimed and its lease held: try the next run when it
                 // comes (the holder has usually released by then, and if it died after
@@ -392,33 +443,6 @@ impl Shared {
                 let next = self.planned(a.grid, a.due + 1);
                 self.plan(self.until(next));
             }
-            Outcome::Won { run, claim } => {
-                self.unconfirmed(&a);
-                self.skipped(a.grid, a.last_run + 1, a.k - 1, SkipReason::Misfired);
-                self.start_run(won(run, claim, false));
-            }
-            Outcome::Triggered { run, claim } => {
-                self.unconfirmed(&a);
-                self.start_run(won(run, claim, true));
-            }
-            Outcome::Redeliver {
-                run,
-                claim,
-                trigger,
-            } => {
-                // Claimable until `grace` after the next run's planned time (see sql::CLAIM).
-                let too_old = self.planned(a.grid, run + 1) + i128::from(nanos(self.spec.grace));
-                // The runs the lost claim gave up are reported now, as its answer would have.
-                if !trigger {
-                    self.skipped(a.grid, a.from, run - 1, SkipReason::Misfired);
-                }
-                if !trigger && i128::from(a.store_ns) > too_old {
-                    self.skipped(a.grid, run, run, SkipReason::Misfired);
-                    self.handled(won(run, claim, trigger), false);
-                } else {
-                    self.start_run(won(run, claim, trigger));
-                }
-            }
             Outcome::Taken | Outcome::Idle => {
                 if a.outcome == Outcome::Taken {
                     self.count(|c| Counters::bump(&c.found_taken));
@@ -434,6 +458,28 @@ impl Shared {
         }
     }
 
+    /// Until when run `run` of `grid` may be claimed (ns since the epoch, store clock):
+    /// `grace` after the next run is planned (see `sql::CLAIM`).
+    fn deadline(&self, grid: (i64, i64), run: i64) -> i128 {
+        let grace = nanos(self.spec.grace);
+        #[cfg(feature = "cron")]
+        if let Some(occ) = self.spec.schedule.occurrences() {
+            return i128::from(occ.deadline(run, grace));
+        }
+        self.planned(grid, run + 1) + i128::from(grace)
+    }
+
+    /// What the next claim names: the occurrence, until when it is claimable, and whether
+    /// it names none (see `cron_chain.rs`); a periodic claim names nothing. `None`: a cron
+    /// schedule has no occurrence left.
+    fn aim_claim(&self) -> Option<(Option<i64>, i64, bool)> {
+        #[cfg(feature = "cron")]
+        if let Some(occ) = self.spec.schedule.occurrences() {
+            return self.cron_claim(occ);
+        }
+        Some((None, 0, false))
+    }
+
     /// When run `k` of `grid` is planned (ns since the epoch).
     pub(super) fn planned(&self, grid: (i64, i64), k: i64) -> i128 {
         i128::from(grid.1) + i128::from(k) * i128::from(grid.0)
@@ -442,17 +488,23 @@ impl Shared {
     /// The wait until `at` (ns since the epoch, store clock) plus [`MARGIN`], by the last
     /// reading of the store's clock and the time passed here since; at most [`RESYNC`].
     pub(super) fn until(&self, at: i128) -> Duration {
-        let Some((local, store_ns)) = self.chain.lock().sync else {
-            return self.spec.period.min(RESYNC);
+        let Some(now) = self.store_now() else {
+            return self.spec.schedule.step().min(RESYNC);
         };
-        let now = i128::from(store_ns) + i128::try_from(local.elapsed().as_nanos()).unwrap_or(0);
         let left = u64::try_from((at - now).max(0)).unwrap_or(u64::MAX);
         (Duration::from_nanos(left) + MARGIN).min(RESYNC)
     }
 
+    /// The store's clock now (ns since the epoch), by its last reading and the time passed
+    /// here since; `None` before the first answer.
+    pub(super) fn store_now(&self) -> Option<i128> {
+        let (local, store_ns) = self.chain.lock().sync?;
+        Some(i128::from(store_ns) + i128::try_from(local.elapsed().as_nanos()).unwrap_or(0))
+    }
+
     /// The delay of a claim for a run whose last run another node ran (see [`STANDBY`]).
-    fn standby(&self) -> Duration {
-        STANDBY.min(self.spec.period / 4)
+    pub(super) fn standby(&self) -> Duration {
+        STANDBY.min(self.spec.schedule.step() / 4)
     }
 
     /// Plans the next wake-up in `wait`, unless the chain has ended.

@@ -60,9 +60,13 @@
 //!   zoned times directly (its `jiff` feature), so we need no chrono. The other common
 //!   choice, the `cron` crate, has a smaller dialect, works on chrono only, and leaves what
 //!   happens at a DST change to whatever chrono-tz's conversions give.
-//! - [jiff](https://docs.rs/jiff) brings the time zones: the IANA database (the system's
-//!   copy under `/usr/share/zoneinfo`, bundled on Windows), and explicit gap and fold
-//!   handling. chrono would need chrono-tz, which compiles a copy of the database into the
+//! - [jiff](https://docs.rs/jiff) brings the time zones: the IANA database, and explicit gap
+//!   and fold handling. It reads the system's copy (`/usr/share/zoneinfo`, or `TZDIR`) when
+//!   there is one, so zone rules follow the system's `tzdata` updates; a machine without one
+//!   (a slim container image without the `tzdata` package) gets the copy compiled into the
+//!   binary (jiff's `tzdb-bundle-always`, about 0.26 MB), instead of an unknown-zone error for
+//!   every zone but UTC. The nodes of a cluster job (feature `postgres`) must read the same
+//!   rules: give them the same `tzdata`, or none, so all use the bundled copy of one build. chrono would need chrono-tz, which compiles a copy of the database into the
 //!   binary. We use jiff 0.2, the series croner 4 is built on.
 //!
 //! Neither appears in wheelpool's public API (instants are [`SystemTime`], zones are IANA
@@ -261,6 +265,24 @@ impl Cron {
     /// ```
     pub fn upcoming(&self, t: SystemTime) -> impl Iterator<Item = SystemTime> + '_ {
         std::iter::successors(self.next_after(t), move |&last| self.next_after(last))
+    }
+
+    /// The rule for occurrences in a daylight-saving gap (see [`skipped_time`](Self::skipped_time)):
+    /// part of a cluster job's settings (feature `postgres`).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn skipped_rule(&self) -> SkippedTime {
+        self.skipped
+    }
+
+    /// True if `t`'s wall-clock time in the zone comes twice (a repeated hour when the clocks
+    /// go back): where the occurrences croner finds depend on where the search starts.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn in_repeated_time(&self, t: SystemTime) -> bool {
+        let Ok(ts) = Timestamp::try_from(t) else {
+            return false;
+        };
+        let civil = ts.to_zoned(self.zone.clone()).datetime();
+        self.zone.to_ambiguous_timestamp(civil).is_ambiguous()
     }
 
     /// The last occurrence at or before `t` (`None` if there is none).

@@ -6,6 +6,8 @@
 mod pg_common;
 
 mod adversary;
+#[cfg(feature = "cron")]
+mod cron;
 mod failover;
 mod faults;
 mod once;
