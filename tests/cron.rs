@@ -450,3 +450,50 @@ fn the_binary_carries_a_time_zone_database_for_machines_without_one() {
     let gap_end = jiff::Timestamp::from_second(1_774_746_000).unwrap(); // 2026-03-29T01:00Z
     assert_eq!(gap_end.to_zoned(berlin).hour(), 3, "03:00 CEST");
 }
+
+#[test]
+fn lists_and_ranges_of_hours_run_a_repeated_time_once() {
+    // 2026-10-25 in Berlin: 03:00 CEST goes back to 02:00 CET. Times of day given as a list
+    // or a range are times of day: each runs once, at its first pass.
+    let from = local("2026-10-24T12:00", "Europe/Berlin");
+    let list = Cron::parse("30 1,2 * * *", "Europe/Berlin").unwrap();
+    let next: Vec<SystemTime> = list.upcoming(from).take(4).collect();
+    assert_eq!(
+        next,
+        [
+            utc("2026-10-24T23:30:00Z"), // 01:30 CEST
+            utc("2026-10-25T00:30:00Z"), // 02:30 CEST, the first pass; not 01:30Z as well
+            utc("2026-10-26T00:30:00Z"), // 01:30 CET
+            utc("2026-10-26T01:30:00Z"), // 02:30 CET
+        ]
+    );
+    let range = Cron::parse("0 1-3 * * *", "Europe/Berlin").unwrap();
+    let next: Vec<SystemTime> = range.upcoming(from).take(4).collect();
+    assert_eq!(
+        next,
+        [
+            utc("2026-10-24T23:00:00Z"), // 01:00 CEST
+            utc("2026-10-25T00:00:00Z"), // 02:00 CEST, once
+            utc("2026-10-25T02:00:00Z"), // 03:00 CET
+            utc("2026-10-26T00:00:00Z"), // 01:00 CET
+        ]
+    );
+    // On a pool: the list runs 02:30 once across the night.
+    let cal = Calendar::new("30 1,2 * * *", "Europe/Berlin", from);
+    cal.clock.advance(hours(24));
+    assert_eq!(
+        cal.runs(),
+        [utc("2026-10-24T23:30:00Z"), utc("2026-10-25T00:30:00Z")]
+    );
+    assert!(cal.task.cancel());
+    // A cadence still runs in both passes: `30 * * * *` has 02:30 CEST and 02:30 CET.
+    let cadence = Cron::parse("30 * * * *", "Europe/Berlin").unwrap();
+    let night: Vec<SystemTime> = cadence
+        .upcoming(local("2026-10-25T01:45", "Europe/Berlin"))
+        .take(2)
+        .collect();
+    assert_eq!(
+        night,
+        [utc("2026-10-25T00:30:00Z"), utc("2026-10-25T01:30:00Z")]
+    );
+}

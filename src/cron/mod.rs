@@ -43,9 +43,10 @@
 //!   do not exist and are not run, and the cadence goes on after it.
 //! - **A repeated time runs once, at its first pass.** `30 1 * * *` in America/New_York on
 //!   the first Sunday of November, when 02:00 EDT goes back to 01:00 EST, runs at 01:30 EDT
-//!   only. A cadence keeps its real-time spacing through the repeated hour: `0 * * * *` runs
-//!   at 01:00 EDT and again an hour later at 01:00 EST, each a distinct instant, never the
-//!   same instant twice.
+//!   only; so do lists and ranges of times (`30 1,2 * * *`, `0 1-3 * * *` in Berlin run
+//!   02:30 or 02:00 once on the night its clocks go back). A cadence keeps its real-time
+//!   spacing through the repeated hour: `0 * * * *` runs at 01:00 EDT and again an hour
+//!   later at 01:00 EST, each a distinct instant, never the same instant twice.
 //!
 //! This is the Open Cron Pattern Specification's rule, which croner implements; wheelpool
 //! adds the wall clock (see [`Handle::schedule_cron`](crate::Handle::schedule_cron): runs are
@@ -111,6 +112,9 @@ pub struct Cron {
     zone: TimeZone,
     pattern: croner::Cron,
     skipped: SkippedTime,
+    /// No wildcard or step in the second, minute and hour fields: the expression names times
+    /// of day, and a repeated one runs at its first pass only (see the module docs).
+    times_of_day: bool,
 }
 
 /// What becomes of an occurrence whose wall-clock time a daylight-saving change skips (see
@@ -155,12 +159,17 @@ impl Cron {
     pub fn parse(expr: &str, zone: &str) -> Result<Cron, CronError> {
         let pattern = parse_pattern(expr)?;
         let tz = TimeZone::get(zone).map_err(|e| CronError::unknown_zone(zone, e))?;
+        let p = &pattern.pattern;
+        let times_of_day = [&p.seconds, &p.minutes, &p.hours]
+            .iter()
+            .all(|field| field.step == 1 && !field.from_wildcard);
         Ok(Cron {
             expr: expr.trim().to_owned(),
             zone_name: zone.to_owned(),
             zone: tz,
             pattern,
             skipped: SkippedTime::default(),
+            times_of_day,
         })
     }
 
@@ -316,11 +325,23 @@ impl Cron {
         None
     }
 
-    /// False for an occurrence croner moved past a DST gap when the rule is to skip it: its
-    /// wall-clock time is not one the expression names.
+    /// False for an occurrence croner moved past a DST gap when the rule is to skip it (its
+    /// wall-clock time is not one the expression names), and for the second pass of a
+    /// repeated time of day. croner runs a repeated time once only when the second, minute
+    /// and hour fields each hold one value; a list or a range of hours (`30 1,2 * * *`)
+    /// would run 02:30 in both passes on a night the clocks go back, against the rule.
     fn keeps(&self, found: &jiff::Zoned) -> bool {
-        self.skipped == SkippedTime::RunAfterGap
-            || self.pattern.is_time_matching(found).unwrap_or(true)
+        let named = self.skipped == SkippedTime::RunAfterGap
+            || self.pattern.is_time_matching(found).unwrap_or(true);
+        named && !(self.times_of_day && self.is_second_pass(found))
+    }
+
+    /// True if `found`'s wall-clock time came once already, before the clocks went back.
+    fn is_second_pass(&self, found: &jiff::Zoned) -> bool {
+        match self.zone.to_ambiguous_timestamp(found.datetime()).offset() {
+            jiff::tz::AmbiguousOffset::Fold { after, .. } => found.offset() == after,
+            _ => false,
+        }
     }
 }
 
