@@ -8,6 +8,7 @@ mod common;
 #[path = "../manual_common/mod.rs"]
 mod manual_common;
 
+mod adversary_reset_storm;
 mod adversary_staging;
 mod adversary_watch_cpu;
 mod adversary_watch_live;
