@@ -9,6 +9,7 @@ mod common;
 mod manual_common;
 
 mod adversary_reset_storm;
+mod adversary_shutdown_staging;
 mod adversary_staging;
 mod adversary_watch_cpu;
 mod adversary_watch_live;
