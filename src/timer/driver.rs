@@ -205,8 +205,9 @@ impl Driver {
     /// `WATCH_AHEAD` before it and tells the watcher on that pass. So a deadline far away costs
     /// no worker a wake-up when it is set (an idle pool given a timer an hour away stays still),
     /// and one pass of the timer thread shortly before it comes.
-    fn tell_watcher_and_park(&self, next: Option<u64>) {
-        let timer = self.timer();
+    fn tell_watcher_and_park(&mut self, next: Option<u64>) {
+        let host = self.host.clone();
+        let timer = host.timer();
         if let (None, Some(tick)) = (&timer.settle, next) {
             let at = timer.wake_nanos(tick);
             let ahead = duration_nanos(WATCH_AHEAD);
@@ -221,12 +222,23 @@ impl Driver {
         self.park(next);
     }
 
-    /// True if a shard whose next expiration is `tick` has not been polled for staging at it.
-    fn unstaged(&self, tick: u64) -> bool {
-        self.next
-            .iter()
-            .zip(&self.staged_at)
-            .any(|(&next, &staged)| next == Some(tick) && staged != Some(tick))
+    /// True if a shard whose next expiration is `tick` has not been polled for staging at it
+    /// and holds more than a chunk (a slot of at most `CHUNK` entries cascades in one bounded
+    /// step when it comes, so staging it is not worth a wake-up: a 1 s heartbeat costs one).
+    fn unstaged(&mut self, tick: u64) -> bool {
+        let host = self.host.clone();
+        let mut any = false;
+        for (i, cell) in host.timer().shards.iter().enumerate() {
+            if self.next[i] != Some(tick) || self.staged_at[i] == Some(tick) {
+                continue;
+            }
+            if cell.lock().wheel.len() > CHUNK {
+                any = true;
+            } else {
+                self.staged_at[i] = Some(tick);
+            }
+        }
+        any
     }
 
     /// Parks until the tick `next` (`None`: no time limit), or until woken.
