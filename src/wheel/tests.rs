@@ -28,6 +28,22 @@ pub(super) fn check_invariants<T>(wheel: &Wheel<T>) {
         seen += 1;
         at = wheel.slab.next(at);
     }
+    let mut at = wheel.cascading.back.head();
+    while at != NIL {
+        // Sent back by a flip: linked at the cursor's own slot of the level below, and due in
+        // the cascading slot.
+        let deadline = wheel.slab.deadline(at);
+        let finer = wheel.cascading.level - 1;
+        let live = wheel.live_buffer(finer);
+        assert_eq!(wheel.slab.place(at), place_of(finer, live));
+        assert_eq!(slot_for(deadline, finer), 0);
+        assert_eq!(
+            slot_for(deadline, wheel.cascading.level),
+            wheel.cascading.slot
+        );
+        seen += 1;
+        at = wheel.slab.next(at);
+    }
     for (l, buffers) in wheel.levels.iter().enumerate() {
         let live = wheel.live_buffer(l);
         for (b, level) in buffers.iter().enumerate() {
