@@ -31,6 +31,12 @@ pub(crate) struct Driver {
     fired: u64,
     /// Shards whose last poll may have left staging to do (see "Staging").
     staging: Vec<bool>,
+    /// Each shard's hint when it was last polled with nothing left to stage (`None`: never).
+    /// A shard whose hint comes within the staging horizon and differs from this one is polled
+    /// (and staged) though nothing is due, and the driver wakes `WATCH_AHEAD` before such a
+    /// hint to do it: otherwise a crowded coarse slot in a shard nobody polls beforehand
+    /// would be cascaded whole when its first tick comes, its first timers waiting for it.
+    staged_at: Vec<Option<u64>>,
 }
 
 crate::sync::thread_local! {
@@ -60,6 +66,7 @@ impl Driver {
             sweep: None,
             fired: 0,
             staging: vec![false; shards],
+            staged_at: vec![None; shards],
         }
     }
 
@@ -124,18 +131,25 @@ impl Driver {
         let now = timer.time.tick_floor(timer.time.now_nanos());
         let mut more = false;
         let mut pushed = 0;
+        let horizon = timer.stage_horizon;
         for (i, cell) in timer.shards.iter().enumerate() {
             let hint = cell.hint();
-            if hint.is_none_or(|h| h > now) && !self.staging[i] {
+            let to_stage =
+                hint.is_some_and(|h| h <= now.saturating_add(horizon)) && hint != self.staged_at[i];
+            if hint.is_none_or(|h| h > now) && !self.staging[i] && !to_stage {
                 // Nothing due there, and no need for its lock: a shard that other threads
                 // keep busy costs the timer nothing. A stale hint is caught when we announce.
                 self.next[i] = hint;
                 continue;
             }
-            let horizon = timer.stage_horizon;
             let polled = cell.poll_chunk(&mut cell.lock(), now, horizon, &mut self.due);
             more |= polled.more || polled.stage;
             self.staging[i] = polled.stage;
+            self.staged_at[i] = if polled.more || polled.stage {
+                None
+            } else {
+                polled.next
+            };
             self.next[i] = polled.next;
             timer.count_fired(self.due.len());
             pushed += self.push_due();
@@ -191,18 +205,40 @@ impl Driver {
     /// `WATCH_AHEAD` before it and tells the watcher on that pass. So a deadline far away costs
     /// no worker a wake-up when it is set (an idle pool given a timer an hour away stays still),
     /// and one pass of the timer thread shortly before it comes.
-    fn tell_watcher_and_park(&self, next: Option<u64>) {
-        let timer = self.timer();
+    fn tell_watcher_and_park(&mut self, next: Option<u64>) {
+        let host = self.host.clone();
+        let timer = host.timer();
         if let (None, Some(tick)) = (&timer.settle, next) {
             let at = timer.wake_nanos(tick);
             let ahead = duration_nanos(WATCH_AHEAD);
-            if at.saturating_sub(timer.time.now_nanos()) > ahead && timer.watcher_is_late(tick) {
+            if at.saturating_sub(timer.time.now_nanos()) > ahead
+                && (timer.watcher_is_late(tick) || self.unstaged(tick))
+            {
                 timer.parker.park(Some(timer.time.instant_of(at - ahead)));
                 return;
             }
         }
         self.nudge_watcher_if_late(next);
         self.park(next);
+    }
+
+    /// True if a shard whose next expiration is `tick` has not been polled for staging at it
+    /// and holds more than a chunk (a slot of at most `CHUNK` entries cascades in one bounded
+    /// step when it comes, so staging it is not worth a wake-up: a 1 s heartbeat costs one).
+    fn unstaged(&mut self, tick: u64) -> bool {
+        let host = self.host.clone();
+        let mut any = false;
+        for (i, cell) in host.timer().shards.iter().enumerate() {
+            if self.next[i] != Some(tick) || self.staged_at[i] == Some(tick) {
+                continue;
+            }
+            if cell.lock().wheel.len() > CHUNK {
+                any = true;
+            } else {
+                self.staged_at[i] = Some(tick);
+            }
+        }
+        any
     }
 
     /// Parks until the tick `next` (`None`: no time limit), or until woken.

@@ -112,6 +112,10 @@
 //! A poll whose budget ran out while staging reports it (`Polled::stage`), and the driver polls
 //! that shard again at once, a chunk at a time as for due entries, until nothing is left to
 //! stage. The horizon keeps staging off timers that are cancelled long before they are due.
+//! A shard with nothing due is polled too once its hint comes within the horizon (once per
+//! hint), and the driver wakes `WATCH_AHEAD` before a hint no poll has staged at: a crowded
+//! slot scheduled long before, in a shard nothing polls meanwhile, would otherwise be cascaded
+//! whole when its first tick came (300 000 timers: its first ones 2.2 ms late; 0.08 ms so).
 
 mod clock;
 pub(crate) mod driver;

@@ -119,11 +119,18 @@ pub struct Wheel<T> {
 
 /// The slot a bounded poll is cascading: its remaining entries, and the level and slot they
 /// were linked at (their `place` still says that level, which is how `remove` finds them).
+///
+/// `back`: the entries that were staged (see `stage.rs`) into the cursor's own slot of the
+/// level below, which is slot 0 there (the cursor stands at the slot's first tick). They belong
+/// finer still and are cascaded with the slot, a budget at a time, where they are: their
+/// `place` names that finer level, and no other entry can be linked at the cursor's own slot
+/// of any level, so `remove` finds them here too.
 #[derive(Clone, Copy)]
 struct Cascade {
     list: List,
     level: usize,
     slot: usize,
+    back: List,
 }
 
 impl Cascade {
@@ -131,10 +138,21 @@ impl Cascade {
         list: List::EMPTY,
         level: usize::MAX,
         slot: usize::MAX,
+        back: List::EMPTY,
     };
 
     fn holds(&self, level: usize, slot: usize) -> bool {
         self.level == level && self.slot == slot
+    }
+
+    /// True if an entry linked at `level`, `slot` of a live list is in `back`.
+    fn holds_back(&self, level: usize, slot: usize) -> bool {
+        self.level == level + 1 && slot == 0
+    }
+
+    /// True while entries of the slot wait to be cascaded.
+    fn is_empty(&self) -> bool {
+        self.list.is_empty() && self.back.is_empty()
     }
 }
 
@@ -384,7 +402,7 @@ impl<T> Wheel<T> {
     /// ```
     #[must_use]
     pub fn next_expiration(&self) -> Option<u64> {
-        if !self.due.is_empty() || !self.cascading.list.is_empty() {
+        if !self.due.is_empty() || !self.cascading.is_empty() {
             return Some(self.now);
         }
         // A bounded poll may have left slots behind `now`: they are work for the next poll.
@@ -442,6 +460,7 @@ impl<T> Wheel<T> {
         self.vacate_list(due, out);
         let cascading = mem::replace(&mut self.cascading, Cascade::NONE);
         self.vacate_list(cascading.list, out);
+        self.vacate_list(cascading.back, out);
         for level in 0..NUM_LEVELS {
             for buffer in 0..2 {
                 while let Some(slot) = self.levels[level][buffer].next_occupied(0) {
@@ -515,8 +534,11 @@ impl<T> Wheel<T> {
                 let slot = slot_for(deadline, level);
                 // The cascading slot was taken from a live level; a spare's slot with the same
                 // numbers is another list.
-                if buffer == self.live_buffer(level) && self.cascading.holds(level, slot) {
+                let live = buffer == self.live_buffer(level);
+                if live && self.cascading.holds(level, slot) {
                     self.slab.unlink(&mut self.cascading.list, index);
+                } else if live && self.cascading.holds_back(level, slot) {
+                    self.slab.unlink(&mut self.cascading.back, index);
                 } else {
                     self.levels[level][buffer].unlink(&mut self.slab, slot, index);
                 }

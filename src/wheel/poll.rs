@@ -15,6 +15,8 @@
 //!   `cascading`. Its entries still record that level as their `place`, and no other entry can
 //!   be linked at that level and slot while the cursor stands at the slot's first tick (a later
 //!   deadline inside the slot lands on a finer level), so `remove` finds them there.
+//! - A staged slot's entries sent back by the flip (`stage.rs`) wait in `cascading.back` and are
+//!   cascaded first, within the same budget.
 //! - [`Wheel::next_expiration`] answers `now` while a poll is unfinished: there is more to do.
 
 use super::{Cascade, Wheel};
@@ -64,13 +66,19 @@ impl<T> Wheel<T> {
                 self.slab.unlink(&mut self.due, index);
                 out.push(self.slab.vacate(index));
             }
-            while !self.cascading.list.is_empty() {
+            while !self.cascading.is_empty() {
                 if budget == 0 {
                     return false;
                 }
                 budget -= 1;
-                let index = self.cascading.list.head();
-                self.slab.unlink(&mut self.cascading.list, index);
+                let cascading = &mut self.cascading;
+                let list = if cascading.back.is_empty() {
+                    &mut cascading.list
+                } else {
+                    &mut cascading.back
+                };
+                let index = list.head();
+                self.slab.unlink(list, index);
                 let deadline = self.slab.deadline(index);
                 if deadline <= target {
                     out.push(self.slab.vacate(index));
@@ -83,10 +91,15 @@ impl<T> Wheel<T> {
                 Some((level, slot, start)) if start <= target => {
                     // Nothing is due before `start`, so the cursor may stand there.
                     self.cursor = start;
-                    self.unstage(level, slot);
+                    let back = self.unstage(level, slot);
                     let buffer = self.live_buffer(level);
                     let list = self.levels[level][buffer].take_slot(slot);
-                    self.cascading = Cascade { list, level, slot };
+                    self.cascading = Cascade {
+                        list,
+                        level,
+                        slot,
+                        back,
+                    };
                 }
                 _ => break,
             }
@@ -146,6 +159,14 @@ impl<T> Wheel<T> {
     #[cfg(all(test, not(wheelpool_loom)))]
     pub(super) fn check_cascade_rules(&self) {
         assert!(self.cursor <= self.now);
+        if !self.cascading.back.is_empty() {
+            let finer = self.cascading.level - 1;
+            assert!(
+                !self.live_level(finer).is_occupied(0),
+                "sent-back slot still linked"
+            );
+            assert_eq!(super::bits::slot_for(self.cursor, finer), 0);
+        }
         if !self.cascading.list.is_empty() {
             let (level, slot) = (self.cascading.level, self.cascading.slot);
             assert!(

@@ -20,14 +20,16 @@
 //!   live and staged alike), [`Wheel::unstage`] makes the spare live: the staged entries are
 //!   already in the right slots of level `l - 1` counted from the slot's first tick, which is
 //!   where the cursor now stands. Except those whose digit at `l - 1` is 0, the cursor's own: they
-//!   belong finer still, so they rejoin the slot's remaining live entries (inserted after the
-//!   staging began, or not yet staged), which the poll then cascades as before. That is O(1)
-//!   plus 1/64 of the slot on average, instead of the whole slot.
+//!   belong finer still, so the poll cascades them, detached from that slot as they are, along
+//!   with the slot's remaining live entries (inserted after the staging began, or not yet
+//!   staged), a budget at a time. The flip is O(1); the cascade is 1/64 of the slot on average
+//!   instead of the whole slot (all of it when the entries share a deadline on a 64-tick
+//!   boundary, but then in bounded steps).
 //! - The spare of `l - 1` is only ever filled for `stage[l]`, and is empty whenever it is made
 //!   live or `stage[l]` changes slot: staging never mixes two slots' entries.
 
 use super::bits::{self, NUM_LEVELS};
-use super::slab::NIL;
+use super::slab::{List, NIL};
 use super::{place_of, Level, Wheel, NO_STAGE};
 
 impl<T> Wheel<T> {
@@ -58,7 +60,7 @@ impl<T> Wheel<T> {
     /// assert_eq!(wheel.len(), 999);
     /// ```
     pub fn stage_ahead(&mut self, budget: usize, horizon: u64) -> usize {
-        if !self.due.is_empty() || !self.cascading.list.is_empty() {
+        if !self.due.is_empty() || !self.cascading.is_empty() {
             return 0; // a poll is unfinished: its cascade comes first
         }
         let mut moved = 0;
@@ -124,16 +126,18 @@ impl<T> Wheel<T> {
     }
 
     /// A poll reached `slot` of `level`, the earliest slot, with the cursor at its first tick:
-    /// if that slot is staged, the spare below becomes live and the entries staged in its slot
-    /// 0 rejoin the slot's live list for the poll to cascade (see the module docs).
-    pub(super) fn unstage(&mut self, level: usize, slot: usize) {
+    /// if that slot is staged, the spare below becomes live, and the entries staged in its slot
+    /// 0 (the cursor's own there) are returned, detached, for the poll to cascade with the slot
+    /// a budget at a time (`Cascade::back`; see the module docs). O(1): relinking them here
+    /// would be the whole slot in one step when its entries share a deadline.
+    pub(super) fn unstage(&mut self, level: usize, slot: usize) -> List {
         if level == 0 || usize::from(self.stage[level]) != slot {
-            return;
+            return List::EMPTY;
         }
         self.stage[level] = NO_STAGE;
         let finer = level - 1;
         if self.spare_level(finer).is_empty() {
-            return;
+            return List::EMPTY;
         }
         debug_assert!(
             self.live_level(finer).is_empty(),
@@ -144,14 +148,7 @@ impl<T> Wheel<T> {
         // level was empty, staged entries included, or this slot would not be the earliest).
         self.stage[finer] = NO_STAGE;
         let buffer = self.live_buffer(finer);
-        let zero = self.levels[finer][buffer].take_slot(bits::slot_for(self.cursor, finer));
-        let back = self.live_buffer(level);
-        let mut at = zero.head();
-        while at != NIL {
-            let next = self.slab.next(at);
-            self.slab.set_place(at, place_of(level, back));
-            self.levels[level][back].push(&mut self.slab, slot, at);
-            at = next;
-        }
+        debug_assert_eq!(bits::slot_for(self.cursor, finer), 0);
+        self.levels[finer][buffer].take_slot(0)
     }
 }

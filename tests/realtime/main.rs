@@ -8,6 +8,10 @@ mod common;
 #[path = "../manual_common/mod.rs"]
 mod manual_common;
 
+mod adversary_reset_storm;
+mod adversary_shutdown_staging;
+mod adversary_staging;
+mod adversary_tiny_periods;
 mod adversary_watch_cpu;
 mod adversary_watch_live;
 mod fairness;
