@@ -102,7 +102,7 @@ impl RunEnv for Run<'_> {
     }
 
     fn run_starts(&self, task: &Header) -> Option<u64> {
-        let late = task.lateness(self.now_nanos())?;
+        let late = task.lateness(|| self.now_nanos())?;
         self.core.lateness.record(late);
         Some(late)
     }

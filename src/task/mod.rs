@@ -191,10 +191,11 @@ impl Header {
         self.shard |= UNPLANNED;
     }
 
-    /// How late a run starting at `now` (nanoseconds since the origin) is against its planned
+    /// How late a run starting now (`now()`, nanoseconds since the origin, read only for a
+    /// task with a planned time: W4's `execute` tasks pay no clock read) is against its planned
     /// start; `None` for a task with no planned time.
-    pub(crate) fn lateness(&self, now: u64) -> Option<u64> {
-        (self.shard & UNPLANNED == 0).then(|| now.saturating_sub(self.deadline()))
+    pub(crate) fn lateness(&self, now: impl FnOnce() -> u64) -> Option<u64> {
+        (self.shard & UNPLANNED == 0).then(|| now().saturating_sub(self.deadline()))
     }
 
     pub(crate) fn wheel_key(&self) -> u64 {
