@@ -208,6 +208,9 @@ mod imp {
         pub(crate) fn is_empty(&self) -> bool {
             self.0.is_empty()
         }
+        pub(crate) fn len(&self) -> usize {
+            self.0.len()
+        }
     }
 
     impl<T> Stealer<T> {
