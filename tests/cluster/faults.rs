@@ -628,15 +628,16 @@ fn a_frozen_backend_times_out_its_calls_and_the_rest_goes_on() {
         latency < BOUND_SLACK,
         "a call bounded at 1 s reported its timeout {latency:?} after the stop"
     );
-    // Meanwhile, and while it stays stopped: both jobs go on, node b runs (it took over the
-    // job whose call stalled, if it did not hold both), and node a goes on past its stalled
-    // call (its claims are answered on its other connections).
+    // Meanwhile, and while it stays stopped: both jobs go on and node a goes on past its
+    // stalled call (its claims are answered on its other connections). Which node runs them
+    // is not part of the promise: node a, on time on its other connections, keeps both jobs
+    // while node b stands by (the standby rule), so b may run none of them (seen once in a
+    // load run: node a ran all 170 runs during the stop).
     let claims_a = store_a.stats().claims;
     assert!(
         wait_until(LONG, || {
             jobs.iter()
                 .all(|j| ledger.count_runs(|r| r.job == *j && r.at > t_stop) >= 3)
-                && ledger.count_runs(|r| r.node == "b" && r.at > t_stop) >= 1
                 && store_a.stats().claims >= claims_a + 3
         }),
         "runs during the stop: {:?}",

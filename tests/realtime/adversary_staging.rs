@@ -50,8 +50,12 @@ fn crowded_slot_round(n: u64) -> Option<Duration> {
 /// wait for its whole cascade (about 3 ms here before the driver staged unpolled shards; about
 /// 0.1 ms after). The best of the rounds that could measure keeps a busy machine's noise out;
 /// on a machine too busy to schedule 300 000 timers in 400 ms no round can, and the test says
-/// so instead of failing (every timer still has to run).
+/// so instead of failing (every timer still has to run). Ignored by default: under two CPU
+/// burners per core a measuring round saw 6.9 ms from the kernel's scheduling alone, so the
+/// bound that tells the defect (2-3 ms) from its fix (0.1-0.3 ms) only holds on an idle
+/// machine. What is checked on every run is the wheel's side (`src/wheel/tests.rs`).
 #[test]
+#[ignore = "a lateness bound in real time: run on an idle machine (cargo test --test realtime -- --ignored adversary_staging)"]
 fn a_crowded_coarse_slot_nobody_polls_is_staged_before_it_comes() {
     let _serial = crate::serial();
     let mut measured = Vec::new();
