@@ -32,13 +32,15 @@ fn case(how: How) {
     let runs: Arc<Vec<AtomicU32>> = Arc::new((0..n).map(|_| AtomicU32::new(0)).collect());
     let early = Arc::new(AtomicUsize::new(0));
     // 2-150 ms ahead, then 150-350 ms: the later ones sit in coarse slots staged meanwhile.
-    for i in 0..n {
-        let offset = if i % 3 == 0 {
+    let deadline_of = |i: usize| {
+        t0 + if i % 3 == 0 {
             Duration::from_micros(2_000 + (i as u64 * 37) % 148_000)
         } else {
             Duration::from_micros(150_000 + (i as u64 * 7) % 200_000)
-        };
-        let deadline = t0 + offset;
+        }
+    };
+    for i in 0..n {
+        let deadline = deadline_of(i);
         let (runs, early) = (runs.clone(), early.clone());
         pool.task()
             .name(i.to_string())
@@ -62,6 +64,7 @@ fn case(how: How) {
             Vec::new()
         }
     };
+    let stopped_at = Instant::now();
     assert!(
         pool.await_termination(Duration::from_secs(20)),
         "{how:?}: no termination"
@@ -91,11 +94,21 @@ fn case(how: How) {
     );
     match how {
         How::RunDelayed => assert_eq!(ran, n, "every waiting one-shot runs"),
-        How::HandBack | How::Now => assert!(
-            ran >= n / 10 && returned.len() >= n / 3,
-            "{how:?}: {ran} ran, {} handed back",
-            returned.len()
-        ),
+        // Nothing starts after `shutdown_now` returns and nothing runs early, so every task due
+        // after that came back, however long the machine took to schedule them (under two
+        // burners per core most had run by then: a count of returned tasks is not a promise).
+        How::Now => {
+            let due_later = (0..n).filter(|&i| deadline_of(i) > stopped_at);
+            for i in due_later {
+                assert!(
+                    returned.contains(&i),
+                    "Now: task {i}, due after the stop, not back"
+                );
+            }
+        }
+        // The graceful hand-back sweeps on the timer thread after `shutdown` returns: which
+        // tasks it still found waiting depends on the machine; the accounting above holds.
+        How::HandBack => {}
     }
     eprintln!(
         "{how:?}: {ran} ran, {} handed back, {:?}",
