@@ -8,7 +8,7 @@ use super::lifecycle::Lifecycle;
 use super::queues::Taking;
 use crate::panic::panic_message;
 use crate::task::state::End;
-use crate::task::{Header, RunEnv, RunOutcome, TaskInfo, TaskRef};
+use crate::task::{Header, RunEnv, RunOutcome, Start, TaskInfo, TaskRef};
 use std::any::Any;
 
 /// Runs one task on the calling thread and does the bookkeeping for what became of it.
@@ -101,10 +101,18 @@ impl RunEnv for Run<'_> {
         message
     }
 
-    fn run_starts(&self, task: &Header) -> Option<u64> {
-        let late = task.lateness(|| self.now_nanos())?;
-        self.core.lateness.record(late);
-        Some(late)
+    fn run_starts(&self, task: &Header) -> Option<Start> {
+        let start = task.start(|| self.now_nanos())?;
+        self.core.lateness.record(start.late);
+        Some(start)
+    }
+
+    fn plan_time(&self, start: Option<Start>) -> u64 {
+        // A manual clock may have been advanced by the run itself; reading it costs nothing.
+        match start {
+            Some(start) if !self.core.timer.time.clock.is_manual() => start.at,
+            _ => self.now_nanos(),
+        }
     }
 
     fn claim_decided(&self) {

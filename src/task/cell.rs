@@ -176,9 +176,9 @@ impl<J: Job, N: NameSlot> RawTask for TaskCell<J, N> {
             return RunOutcome::NotStarted;
         }
         let mut job = self.take_job();
-        let late = env.run_starts(&self.header);
+        let start = env.run_starts(&self.header);
         let (id, name, kind) = (self.header.id(), self.name(), self.header.kind().label());
-        let _span = crate::trace::run(id, name.map(|n| n.as_str()), kind, late);
+        let _span = crate::trace::run(id, name.map(|n| n.as_str()), kind, start.map(|s| s.late));
         env.claim_decided(); // the last thing before user code: the run starts now
         let result = catch_unwind(AssertUnwindSafe(|| job.call()))
             .map_err(|p| env.report_panic(self.info(), p));
@@ -199,7 +199,11 @@ impl<J: Job, N: NameSlot> RawTask for TaskCell<J, N> {
         if env.stopping() {
             return self.finish_run(env, job, End::Shutdown, Err(TaskError::Shutdown), ran_ok);
         }
-        let now = env.now_nanos();
+        let now = if job.plans_from_end() {
+            env.now_nanos()
+        } else {
+            env.plan_time(start)
+        };
         if let Some(next) = job.plan_next(now) {
             return self.rearm(env, job, next, ran_ok, now);
         }

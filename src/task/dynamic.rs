@@ -165,6 +165,10 @@ where
         Some(next)
     }
 
+    fn plans_from_end(&self) -> bool {
+        matches!(self.from, CountFrom::End)
+    }
+
     fn survives_panic(&self) -> bool {
         self.survive_panics
     }

@@ -17,6 +17,16 @@ pub(crate) trait Job: Send + 'static {
     /// [`value_at_end`](Self::value_at_end).
     fn plan_next(&mut self, now: u64) -> Option<u64>;
 
+    /// True if [`plan_next`](Self::plan_next) needs the time the run ended (a fixed delay counts
+    /// from it; a policy for missed runs looks at it). False if the time the run started plans
+    /// the same next run: a fixed rate that replays missed runs (`MissedTicks::Burst`) and a
+    /// dynamic rate plan from the grid, and the pool then reads its clock once per run, not
+    /// twice. An older reading is safe for the re-arm: a run that overran its next deadline is
+    /// then sent through the wheel, which hands it out at once, instead of straight to a queue.
+    fn plans_from_end(&self) -> bool {
+        true
+    }
+
     /// The task's value when [`plan_next`](Self::plan_next) found no run left; `None` for jobs
     /// that always plan one (a one-shot is never asked).
     fn value_at_end(&mut self) -> Option<Self::Output> {

@@ -50,17 +50,32 @@ pub(crate) trait RunEnv {
     /// `ran_ok` says that run returned normally. Called before the future completes, so the
     /// pool's counters already agree when `join` returns.
     fn run_ending(&self, end: state::End, ran_ok: bool);
-    /// A run of `task` starts (its CAS won; its closure is called next): the pool records how
-    /// late it is and returns that lateness in nanoseconds (`None`: the task has no planned
+    /// A run of `task` starts (its CAS won; its closure is called next): the pool reads its
+    /// clock, records how late the run is and returns both (`None`: the task has no planned
     /// time, or this environment does not measure it).
-    fn run_starts(&self, _task: &Header) -> Option<u64> {
+    fn run_starts(&self, _task: &Header) -> Option<Start> {
         None
+    }
+    /// The time a job that plans its next run from the start of the one that just ended
+    /// ([`Job::plans_from_end`] false) plans with: `start`'s reading where this clock cannot
+    /// have moved in a way a plan depends on, otherwise a fresh one. One clock read per run
+    /// instead of two (W5).
+    fn plan_time(&self, _start: Option<Start>) -> u64 {
+        self.now_nanos()
     }
     /// The task's fate is decided: its `SCHEDULED -> RUNNING` CAS won (called just before the
     /// closure is called, after the run's own bookkeeping), or it will not start. A worker
     /// lowers its `taking` flag here, which `shutdown_now` waits for. May be called more than
     /// once.
     fn claim_decided(&self) {}
+}
+
+/// A run's start as the pool read it: when (nanoseconds since the origin) and how late against
+/// its planned time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Start {
+    pub(crate) at: u64,
+    pub(crate) late: u64,
 }
 
 /// What became of a task after a worker ran it.
@@ -191,11 +206,17 @@ impl Header {
         self.shard |= UNPLANNED;
     }
 
-    /// How late a run starting now (`now()`, nanoseconds since the origin, read only for a
-    /// task with a planned time: W4's `execute` tasks pay no clock read) is against its planned
-    /// start; `None` for a task with no planned time.
-    pub(crate) fn lateness(&self, now: impl FnOnce() -> u64) -> Option<u64> {
-        (self.shard & UNPLANNED == 0).then(|| now().saturating_sub(self.deadline()))
+    /// A run starting now (`now()`, nanoseconds since the origin, read only for a task with a
+    /// planned time: W4's `execute` tasks pay no clock read): when, and how late against its
+    /// planned start; `None` for a task with no planned time.
+    pub(crate) fn start(&self, now: impl FnOnce() -> u64) -> Option<Start> {
+        (self.shard & UNPLANNED == 0).then(|| {
+            let at = now();
+            Start {
+                at,
+                late: at.saturating_sub(self.deadline()),
+            }
+        })
     }
 
     pub(crate) fn wheel_key(&self) -> u64 {

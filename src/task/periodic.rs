@@ -144,6 +144,18 @@ impl<F: FnMut() + Send + 'static> Job for Periodic<F> {
         Some(self.plan.next(now))
     }
 
+    fn plans_from_end(&self) -> bool {
+        // Burst replays the grid whatever the time; the tracing feature's missed-ticks event
+        // counts the runs the one that ended overran, which needs the time it ended.
+        match self.plan {
+            Plan::Rate {
+                missed: MissedTicks::Burst,
+                ..
+            } => cfg!(feature = "tracing"),
+            Plan::Rate { .. } | Plan::Delay { .. } => true,
+        }
+    }
+
     fn kind(&self) -> TaskKind {
         match self.plan {
             Plan::Rate { .. } => TaskKind::FixedRate,

@@ -270,3 +270,61 @@ fn a_surviving_heartbeat_keeps_beating_through_panics() {
         "every other run panicked and was reported"
     );
 }
+
+/// A `Burst` fixed-rate task plans its next run from the time its run started (one clock read
+/// a run): a run that overruns its next slots sends the re-arm through the wheel, which must
+/// still replay every missed slot back to back, none early, and then keep to the grid.
+#[test]
+fn a_burst_run_that_overruns_replays_its_missed_slots_then_keeps_the_grid() {
+    let _serial = crate::serial();
+    let pool = pool(2);
+    let (tx, rx) = mpsc::channel();
+    let start = Instant::now(); // before the schedule call: planned times are later
+    let first = Arc::new(AtomicBool::new(true));
+    let f = pool
+        .task()
+        .missed_ticks(MissedTicks::Burst)
+        .schedule_at_fixed_rate(
+            move || {
+                let began = Instant::now();
+                if first.swap(false, SeqCst) {
+                    work_for(ms(23)); // over the slots at 5, 10, 15 and 20 ms after this one
+                }
+                let _ = tx.send((began, Instant::now()));
+            },
+            ms(10),
+            ms(5),
+        )
+        .unwrap();
+    let runs: Vec<(Instant, Instant)> = (0..12)
+        .map(|_| rx.recv_timeout(LIMIT).expect("a run"))
+        .collect();
+    assert!(f.cancel());
+    for (k, (began, _)) in runs.iter().enumerate() {
+        let planned = start + ms(10) + ms(5) * k as u32;
+        assert!(
+            *began >= planned,
+            "run {k} came {:?} early",
+            planned - *began
+        );
+    }
+    for k in 1..runs.len() {
+        assert!(
+            runs[k].0 >= runs[k - 1].1,
+            "runs {} and {k} overlapped",
+            k - 1
+        );
+    }
+    // The slots the first run overran were due when it ended: each replay starts once the one
+    // before it ended, not a slot later (bounded generously for a busy machine).
+    let (_, overrun_end) = runs[0];
+    for k in 1..=4 {
+        let waited = runs[k]
+            .0
+            .saturating_duration_since(runs[k - 1].1.max(overrun_end));
+        assert!(
+            waited < ms(500),
+            "replay {k} waited {waited:?} after the run before it"
+        );
+    }
+}
