@@ -106,9 +106,10 @@
 //! **Staging** (no due timer waits behind a coarse slot's cascade). At a 1 us tick a slot of
 //! level 3 spans 262 ms; 100 000 timers over a second put 26 000 in one, and cascading them
 //! when the slot's first tick came took 0.3-0.8 ms under the lock while its first timers were
-//! due. So every poll spends what is left of its `CHUNK` budget on `Wheel::stage_ahead`,
-//! which moves the entries of coarse slots starting within `STAGE_AHEAD` (250 ms) to the finer
-//! level they will cascade to (wheel/stage.rs); when such a slot comes, it is live in O(1).
+//! due. So every poll spends what is left of its `CHUNK` budget on `Wheel::stage_ahead_from`,
+//! which moves the entries of coarse slots (level 3 and up, `STAGE_FROM_LEVEL`: finer slots
+//! span too few ticks to crowd) starting within `STAGE_AHEAD` (250 ms) to the finer level they
+//! will cascade to (wheel/stage.rs); when such a slot comes, it is live in O(1).
 //! A poll whose budget ran out while staging reports it (`Polled::stage`), and the driver polls
 //! that shard again at once, a chunk at a time as for due entries, until nothing is left to
 //! stage. The horizon keeps staging off timers that are cancelled long before they are due.

@@ -10,6 +10,15 @@ use crate::wheel::{Key, Wheel};
 /// work between a due timer in another shard and its turn.
 pub(crate) const CHUNK: usize = 512;
 
+/// The lowest wheel level whose slots are staged (see "Staging" in `timer/mod.rs`). A slot of
+/// level 1 or 2 spans at most 4 096 ticks (4 ms at the 1 us tick), so it holds what arrives in
+/// that span: at W5's million runs a second, 4 000 entries, whose cascade when the slot comes
+/// is about 80 us, in `CHUNK` steps, at a rate where the adaptive slack already lets the driver
+/// sleep a millisecond. Staging those slots moved every entry once or twice more (W5: about a
+/// tenth of its CPU). A slot of level 3 spans 262 ms and collects enough to hold its first
+/// timers up (W3: 26 000 entries, 0.3-0.8 ms), so staging starts there.
+pub(crate) const STAGE_FROM_LEVEL: usize = 3;
+
 /// Which waiting tasks a graceful shutdown keeps in the wheels, to run at their time (the pool's
 /// policy, from its builder). The driver's sweep takes the others out: periodic tasks go to the
 /// workers to be stopped, one-shots not yet due are handed back to the pool
@@ -115,7 +124,11 @@ impl ShardCell {
         let mut stage = false;
         if !more {
             let budget = CHUNK - (due.len() - from).min(CHUNK);
-            stage = budget > 0 && shard.wheel.stage_ahead(budget, horizon) == budget;
+            stage = budget > 0
+                && shard
+                    .wheel
+                    .stage_ahead_from(STAGE_FROM_LEVEL, budget, horizon)
+                    == budget;
         }
         give_back_if_empty(&mut shard.wheel); // firing empties a shard as a cancel does
         let next = shard.wheel.next_expiration();

@@ -60,11 +60,19 @@ impl<T> Wheel<T> {
     /// assert_eq!(wheel.len(), 999);
     /// ```
     pub fn stage_ahead(&mut self, budget: usize, horizon: u64) -> usize {
+        self.stage_ahead_from(1, budget, horizon)
+    }
+
+    /// [`stage_ahead`](Self::stage_ahead) for the slots of levels `from` and above only (`from`
+    /// at least 1): a slot of a low level spans few ticks, so it collects few entries and its
+    /// cascade when it comes is short, while staging it would cost each of its entries one more
+    /// move (the timer stages from level 3 up; see `STAGE_FROM_LEVEL` there).
+    pub fn stage_ahead_from(&mut self, from: usize, budget: usize, horizon: u64) -> usize {
         if !self.due.is_empty() || !self.cascading.is_empty() {
             return 0; // a poll is unfinished: its cascade comes first
         }
         let mut moved = 0;
-        for level in 1..NUM_LEVELS {
+        for level in from.max(1)..NUM_LEVELS {
             if moved == budget {
                 break;
             }

@@ -585,3 +585,41 @@ fn a_bounded_poll_reaching_a_staged_slot_of_equal_aligned_deadlines_stays_bounde
         "three steps with a budget of 1 took {best:?}: the staged slot was relinked in one go"
     );
 }
+
+/// `stage_ahead_from` leaves the slots of levels below `from` alone: they cascade when they
+/// come, and everything still comes out exactly at its deadline.
+#[test]
+fn staging_from_a_level_leaves_finer_slots_to_their_cascade() {
+    let mut wheel = Wheel::new();
+    // One slot each at levels 1, 2 and 3 (counted from 0), eight entries in each.
+    let bases = [64 * 5, 4_096 * 5, 262_144 * 5];
+    let mut want = Vec::new();
+    for base in bases {
+        for i in 0..8u64 {
+            let deadline = base + i * 7 + 1;
+            wheel.insert(deadline, deadline);
+            want.push(deadline);
+        }
+    }
+    let mut staged = 0;
+    loop {
+        let step = wheel.stage_ahead_from(3, 5, u64::MAX);
+        check_invariants(&wheel);
+        if step == 0 {
+            break;
+        }
+        staged += step;
+    }
+    assert_eq!(staged, 8, "only the level-3 slot's entries move");
+    assert_eq!(wheel.stage_ahead_from(3, 64, u64::MAX), 0);
+    // Levels 1 and 2 are still there to stage for a caller that asks from level 1.
+    assert_eq!(wheel.stage_ahead(64, u64::MAX), 16);
+    want.sort_unstable();
+    let mut got = Vec::new();
+    for &deadline in &want {
+        assert!(poll(&mut wheel, deadline - 1).is_empty(), "early");
+        got.extend(poll(&mut wheel, deadline));
+    }
+    assert_eq!(got, want);
+    assert!(wheel.is_empty());
+}
