@@ -238,11 +238,27 @@ impl Core {
         arrival: Arrival,
     ) -> Result<(), ScheduleError> {
         if task.header().deadline() <= now {
-            self.push(task.clone(), arrival);
-            self.recheck_shutdown_now(task, arrival)
-        } else {
-            self.insert(task, arrival)
+            return self.push_and_recheck(task, arrival);
         }
+        match arrival {
+            Arrival::New => self.insert(task, arrival),
+            // `now` may be the reading from before the run: a deadline the run overran goes
+            // to the workers now, not through the wheel (see `Timer::insert_rearm`).
+            Arrival::Rearm => match self.timer.insert_rearm(task) {
+                Ok(false) => Ok(()),
+                Ok(true) => self.push_and_recheck(task, arrival),
+                Err(_) => {
+                    self.stop_refused(task, arrival);
+                    Err(ScheduleError::Shutdown)
+                }
+            },
+        }
+    }
+
+    /// A due task onto a ready queue, then the re-check against a racing `shutdown_now`.
+    fn push_and_recheck(&self, task: &TaskRef, arrival: Arrival) -> Result<(), ScheduleError> {
+        self.push(task.clone(), arrival);
+        self.recheck_shutdown_now(task, arrival)
     }
 
     /// Into its shard's wheel, unless the shard is closed to it by a shutdown; then the task is

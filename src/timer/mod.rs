@@ -338,6 +338,32 @@ impl Timer {
         Ok(())
     }
 
+    /// A periodic task's re-arm: like [`insert`](Self::insert), except when its deadline would
+    /// become the earliest of its shard and a fresh clock reading shows it already due. Then
+    /// nothing is inserted and `Ok(true)` says so: the caller hands the task straight to the
+    /// workers. A re-arm may be planned from the reading taken as its run started
+    /// (`Job::plans_from_end`), so a run that overran its next slot brings a deadline already
+    /// past; through the wheel it would wait for the timer thread's wake-up and a worker's
+    /// (milliseconds on a busy machine) instead of running next, back to back. The clock is read
+    /// only when the hint would go down, which a dense shard's re-arms almost never do (W5: a
+    /// 10 ms re-arm is behind thousands of earlier deadlines), and is not read again otherwise.
+    pub(crate) fn insert_rearm(&self, task: &TaskRef) -> Result<bool, Refused> {
+        let deadline = task.header().deadline();
+        let tick = self.time.tick_ceil(deadline);
+        let cell = self.cell_of(task);
+        let shard = cell.lock();
+        if cell.hint().is_none_or(|hint| tick < hint) && deadline <= self.time.now_nanos() {
+            return Ok(true);
+        }
+        let mut shard = shard;
+        if !shard.gate.admits(task) {
+            return Err(Refused);
+        }
+        insert_unless_cancelled(&mut shard.wheel, tick, task);
+        self.inserted(cell, shard, tick);
+        Ok(false)
+    }
+
     /// The tail of every insert (a new one or a reset's move) at `tick`, still holding the
     /// shard's lock: lower the hint, unlock, count the insert for a manual clock's settle, and
     /// wake the driver if the hint went down (see "Sleep vs. new deadlines" in the ground rules).

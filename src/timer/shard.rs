@@ -11,12 +11,15 @@ use crate::wheel::{Key, Wheel};
 pub(crate) const CHUNK: usize = 512;
 
 /// The lowest wheel level whose slots are staged (see "Staging" in `timer/mod.rs`). A slot of
-/// level 1 or 2 spans at most 4 096 ticks (4 ms at the 1 us tick), so it holds what arrives in
-/// that span: at W5's million runs a second, 4 000 entries, whose cascade when the slot comes
-/// is about 80 us, in `CHUNK` steps, at a rate where the adaptive slack already lets the driver
-/// sleep a millisecond. Staging those slots moved every entry once or twice more (W5: about a
-/// tenth of its CPU). A slot of level 3 spans 262 ms and collects enough to hold its first
-/// timers up (W3: 26 000 entries, 0.3-0.8 ms), so staging starts there.
+/// level 1 or 2 spans at most 4 096 ticks (4 ms at the 1 us tick), so it holds the timers due
+/// in a window that short: W5's million runs a second put 4 000 in one, whose cascade when the
+/// slot comes is about 80 us, in `CHUNK` steps (entries already due go straight out), at a
+/// rate where the adaptive slack already lets the driver sleep a millisecond. Staging those
+/// slots moved every entry once or twice more (W5: about a tenth of its CPU). A burst of
+/// timers all due within one such window still cascades when the window starts, as it did
+/// before staging existed: its first timers wait for up to the whole cascade (some 20 ns an
+/// entry). A slot of level 3 spans 262 ms and collects enough to hold its first timers up
+/// (W3: 26 000 entries, 0.3-0.8 ms), so staging starts there.
 pub(crate) const STAGE_FROM_LEVEL: usize = 3;
 
 /// Which waiting tasks a graceful shutdown keeps in the wheels, to run at their time (the pool's

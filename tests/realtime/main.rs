@@ -8,6 +8,7 @@ mod common;
 #[path = "../manual_common/mod.rs"]
 mod manual_common;
 
+mod adversary_overrun;
 mod adversary_reset_storm;
 mod adversary_shutdown_staging;
 mod adversary_staging;
