@@ -238,20 +238,9 @@ impl Core {
         arrival: Arrival,
     ) -> Result<(), ScheduleError> {
         if task.header().deadline() <= now {
-            return self.push_and_recheck(task, arrival);
-        }
-        match arrival {
-            Arrival::New => self.insert(task, arrival),
-            // `now` may be the reading from before the run: a deadline the run overran goes
-            // to the workers now, not through the wheel (see `Timer::insert_rearm`).
-            Arrival::Rearm => match self.timer.insert_rearm(task) {
-                Ok(false) => Ok(()),
-                Ok(true) => self.push_and_recheck(task, arrival),
-                Err(_) => {
-                    self.stop_refused(task, arrival);
-                    Err(ScheduleError::Shutdown)
-                }
-            },
+            self.push_and_recheck(task, arrival)
+        } else {
+            self.insert(task, arrival)
         }
     }
 
@@ -264,12 +253,17 @@ impl Core {
     /// Into its shard's wheel, unless the shard is closed to it by a shutdown; then the task is
     /// stopped here and the schedule fails. No second look at the lifecycle is needed: the
     /// shard's gate and lock order the insert against the timer thread's stop (ground rules).
+    /// A re-arm's `now` may be the reading from before its run: one whose deadline the run
+    /// overran goes to the workers now, not through the wheel (see `Timer::insert`).
     pub(crate) fn insert(&self, task: &TaskRef, arrival: Arrival) -> Result<(), ScheduleError> {
-        if self.timer.insert(task).is_err() {
-            self.stop_refused(task, arrival);
-            return Err(ScheduleError::Shutdown);
+        match self.timer.insert(task, arrival == Arrival::Rearm) {
+            Ok(false) => Ok(()),
+            Ok(true) => self.push_and_recheck(task, arrival),
+            Err(_) => {
+                self.stop_refused(task, arrival);
+                Err(ScheduleError::Shutdown)
+            }
         }
-        Ok(())
     }
 
     /// A task is due. A new one: onto this worker's deque (if called from a worker) or the

@@ -46,7 +46,7 @@ pub(crate) fn run_task(core: &Core, task: &TaskRef, taking: Option<&Taking<'_>>)
             core.counters.run_over();
             // `now` was read before the re-arm, perhaps as the run started
             // (`Job::plans_from_end`): an older reading never runs a task early, and a deadline
-            // the run overran is found by `Timer::insert_rearm`, which hands it straight back.
+            // the run overran is found by `Timer::insert`, which hands it straight back.
             // Err: a shutdown stopped it after its run; `stop_for_shutdown` did the accounting.
             let _ = core.schedule_admitted(task, now, Arrival::Rearm);
         }

@@ -22,7 +22,7 @@ pub(crate) trait Job: Send + 'static {
     /// the same next run: a fixed rate that replays missed runs (`MissedTicks::Burst`) and a
     /// dynamic rate plan from the grid, and the pool then reads its clock once per run, not
     /// twice. An older reading is safe for the re-arm: it never runs a task early, and a run
-    /// that overran its next deadline is found by `Timer::insert_rearm` (a deadline that would be
+    /// that overran its next deadline is found by `Timer::insert` (a deadline that would be
     /// its shard's earliest is checked against a fresh reading), so the missed slot runs next.
     fn plans_from_end(&self) -> bool {
         true

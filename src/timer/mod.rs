@@ -324,38 +324,27 @@ impl Timer {
         &self.shards[usize::from(task.header().shard())]
     }
 
-    /// Puts a `SCHEDULED` task in its shard's wheel for the deadline in its header. `Err` if the
-    /// shard's gate refuses it (the pool is shutting down): the caller stops the task.
-    pub(crate) fn insert(&self, task: &TaskRef) -> Result<(), Refused> {
-        let tick = self.time.tick_ceil(task.header().deadline());
-        let cell = self.cell_of(task);
-        let mut shard = cell.lock();
-        if !shard.gate.admits(task) {
-            return Err(Refused);
-        }
-        insert_unless_cancelled(&mut shard.wheel, tick, task);
-        self.inserted(cell, shard, tick);
-        Ok(())
-    }
-
-    /// A periodic task's re-arm: like [`insert`](Self::insert), except when its deadline would
-    /// become the earliest of its shard and a fresh clock reading shows it already due. Then
-    /// nothing is inserted and `Ok(true)` says so: the caller hands the task straight to the
-    /// workers. A re-arm may be planned from the reading taken as its run started
-    /// (`Job::plans_from_end`), so a run that overran its next slot brings a deadline already
-    /// past; through the wheel it would wait for the timer thread's wake-up and a worker's
-    /// (milliseconds on a busy machine) instead of running next, back to back. The clock is read
-    /// only when the hint would go down, which a dense shard's re-arms almost never do (W5: a
-    /// 10 ms re-arm is behind thousands of earlier deadlines), and is not read again otherwise.
-    pub(crate) fn insert_rearm(&self, task: &TaskRef) -> Result<bool, Refused> {
+    /// Puts a `SCHEDULED` task in its shard's wheel for the deadline in its header; `Ok(false)`.
+    /// `Err` if the shard's gate refuses it (the pool is shutting down): the caller stops the
+    /// task.
+    ///
+    /// `rearm`: a periodic task's re-arm, whose deadline may come from the reading taken as its
+    /// run started (`Job::plans_from_end`), so a run that overran its next slot brings one
+    /// already past; through the wheel it would wait for the timer thread's wake-up and a
+    /// worker's (milliseconds on a busy machine) instead of running next, back to back. So when
+    /// such a deadline would become the earliest of its shard, a fresh clock reading is taken,
+    /// and if it is due nothing is inserted and `Ok(true)` says so: the caller hands the task
+    /// straight to the workers. A dense shard's re-arms almost never lower its hint (W5: a 10 ms
+    /// re-arm is behind thousands of earlier deadlines), so they are not read again.
+    pub(crate) fn insert(&self, task: &TaskRef, rearm: bool) -> Result<bool, Refused> {
         let deadline = task.header().deadline();
         let tick = self.time.tick_ceil(deadline);
         let cell = self.cell_of(task);
-        let shard = cell.lock();
-        if cell.hint().is_none_or(|hint| tick < hint) && deadline <= self.time.now_nanos() {
+        let mut shard = cell.lock();
+        if rearm && cell.hint().is_none_or(|hint| tick < hint) && deadline <= self.time.now_nanos()
+        {
             return Ok(true);
         }
-        let mut shard = shard;
         if !shard.gate.admits(task) {
             return Err(Refused);
         }

@@ -1,8 +1,9 @@
 #![cfg(not(wheelpool_loom))]
 //! Periodic tasks whose runs overrun their next slots, attacked as a hostile user would: Burst
 //! and dynamic-rate tasks plan their next run from the reading taken as the run started, so a
-//! run that overran brings its re-arm a deadline already past (`Timer::insert_rearm` hands it
-//! to the workers at once). Assertions are on correctness only (never early, never
+//! run that overran brings its re-arm a deadline already past (`Timer::insert` hands it to
+//! the workers at once). The same on a manual clock advanced inside the run is checked
+//! exactly by `tests/pool/periodic/fixed.rs` (`overrun_sequence`). Assertions are on correctness only (never early, never
 //! overlapping, nothing after a cancel that returned true, every run accounted) or on very
 //! wide bounds; the replay delay is printed.
 
@@ -10,17 +11,10 @@ use rand::{Rng, SeedableRng};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
-use wheelpool::{ManualClock, MissedTicks, ScheduledThreadPool, TaskError};
+use wheelpool::{MissedTicks, ScheduledThreadPool, TaskError};
 
 fn us(n: u64) -> Duration {
     Duration::from_micros(n)
-}
-
-fn spin(d: Duration) {
-    let end = Instant::now() + d;
-    while Instant::now() < end {
-        std::hint::spin_loop();
-    }
 }
 
 #[derive(Default)]
@@ -81,7 +75,7 @@ fn overrun_burst_storm_with_cancel_reset_shutdown() {
                             90..=97 => us(r.gen_range(50..300)),
                             _ => us(r.gen_range(1000..3000)),
                         };
-                        spin(over);
+                        crate::work_for(over);
                         a.exited.fetch_add(1, SeqCst);
                         a.in_run.store(false, SeqCst);
                     },
@@ -115,7 +109,7 @@ fn overrun_burst_storm_with_cancel_reset_shutdown() {
                         }
                         _ => {}
                     }
-                    spin(us(rng.gen_range(1..200)));
+                    crate::work_for(us(rng.gen_range(1..200)));
                 }
                 (c, r)
             });
@@ -208,7 +202,7 @@ fn overrun_burst_replay_delay_after_overrun() {
                     move || {
                         let began = Instant::now();
                         if first.swap(false, SeqCst) {
-                            spin(us(2_500)); // past the slots at +1 and +2 ms
+                            crate::work_for(us(2_500)); // past the slots at +1 and +2 ms
                         }
                         let _ = tx.send((began, Instant::now()));
                     },
@@ -255,7 +249,7 @@ fn overrun_dynamic_rate_tiny_delays() {
                     }
                     acc.entered.fetch_add(1, SeqCst);
                     if i % 2 == 1 {
-                        spin(us(30)); // longer than its delay
+                        crate::work_for(us(30)); // longer than its delay
                     }
                     acc.in_run.store(false, SeqCst);
                     Some(Duration::from_nanos(d))
@@ -300,19 +294,19 @@ fn overrun_reset_racing_an_overrunning_run() {
             .schedule_at_fixed_rate(
                 move || {
                     let b = Instant::now();
-                    spin(overrun);
+                    crate::work_for(overrun);
                     r2.lock().unwrap().push((b, Instant::now()));
                 },
                 Duration::ZERO,
                 us(rng.gen_range(5..50)),
             )
             .unwrap();
-        spin(us(rng.gen_range(0..600)));
+        crate::work_for(us(rng.gen_range(0..600)));
         let to = us(rng.gen_range(2_000..4_000));
         let called = Instant::now();
         let reset = f.reset(to);
         let returned = Instant::now();
-        spin(us(6_000));
+        crate::work_for(us(6_000));
         assert!(f.cancel());
         let _ = f.join();
         let runs = runs.lock().unwrap().clone();
@@ -336,56 +330,4 @@ fn overrun_reset_racing_an_overrunning_run() {
         early_after_reset, 0,
         "a run came before a successful reset's deadline"
     );
-}
-
-/// ManualClock: a Burst run that advances the clock past several of its slots replays each,
-/// none early; Skip and Delay (still reading after the run) unchanged.
-#[test]
-fn overrun_manual_clock_in_task_advance() {
-    let _serial = crate::serial();
-    for missed in [MissedTicks::Burst, MissedTicks::Skip, MissedTicks::Delay] {
-        let clock = ManualClock::new();
-        let pool = ScheduledThreadPool::builder()
-            .threads(2)
-            .clock(clock.clone())
-            .build()
-            .unwrap();
-        let origin = clock.now();
-        let seen: Arc<Mutex<Vec<Duration>>> = Arc::default();
-        let s2 = seen.clone();
-        let c2 = clock.clone();
-        let f = pool
-            .task()
-            .missed_ticks(missed)
-            .schedule_at_fixed_rate(
-                move || {
-                    let now = c2.now() - origin;
-                    let k = {
-                        let mut s = s2.lock().unwrap();
-                        s.push(now);
-                        s.len()
-                    };
-                    if k == 2 {
-                        c2.advance(Duration::from_millis(35)); // past slots at 20, 30, 40 ms
-                    }
-                },
-                Duration::from_millis(10),
-                Duration::from_millis(10),
-            )
-            .unwrap();
-        for _ in 0..10 {
-            clock.advance(Duration::from_millis(10));
-        }
-        assert!(f.cancel());
-        let seen = seen.lock().unwrap().clone();
-        eprintln!("manual {missed:?}: run times {seen:?}");
-        if missed == MissedTicks::Burst {
-            for (k, t) in seen.iter().enumerate() {
-                assert!(
-                    *t >= Duration::from_millis(10 * (k as u64 + 1)),
-                    "early run {k}"
-                );
-            }
-        }
-    }
 }

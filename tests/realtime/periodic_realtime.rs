@@ -29,14 +29,6 @@ fn join_within<T: Send + 'static>(mut f: ScheduledFuture<T>) -> Result<T, TaskEr
         .expect("the future did not end in time")
 }
 
-/// Busy for `d` of real time (simulated CPU work inside a task).
-fn work_for(d: Duration) {
-    let end = Instant::now() + d;
-    while Instant::now() < end {
-        std::hint::spin_loop();
-    }
-}
-
 #[test]
 fn fixed_rate_runs_on_its_grid_and_never_early() {
     let _serial = crate::serial();
@@ -76,7 +68,7 @@ fn fixed_delay_waits_the_delay_after_each_run_ends() {
         .schedule_with_fixed_delay(
             move || {
                 let begin = Instant::now();
-                work_for(ms(2));
+                crate::work_for(ms(2));
                 let _ = tx.send((begin, Instant::now()));
             },
             ms(1),
@@ -288,7 +280,7 @@ fn a_burst_run_that_overruns_replays_its_missed_slots_then_keeps_the_grid() {
             move || {
                 let began = Instant::now();
                 if first.swap(false, SeqCst) {
-                    work_for(ms(23)); // over the slots at 5, 10, 15 and 20 ms after this one
+                    crate::work_for(ms(23)); // over the slots at 5, 10, 15 and 20 ms after this one
                 }
                 let _ = tx.send((began, Instant::now()));
             },
