@@ -1,5 +1,6 @@
 //! The peer comparison: the workloads W1..W8 of `benches/WORKLOADS.md` on wheelpool, the crate
-//! `scheduled-thread-pool` and tokio, each (implementation, workload) pair in a fresh process.
+//! `scheduled-thread-pool` and tokio, each (implementation, workload) pair in a fresh process;
+//! W1 and W2 also on a bare tokio-util `DelayQueue` (a timer entry and nothing else).
 //!
 //! ```text
 //! cargo bench --bench compare                               # everything, 3 runs, medians
@@ -47,7 +48,21 @@ fn run_wheelpool(params: &Params) -> Option<Figures> {
 }
 
 /// Every implementation, in column order.
-const IMPLS: [&str; 3] = [report::SUBJECT, report::PEERS[0], report::PEERS[1]];
+const IMPLS: [&str; 4] = [
+    report::SUBJECT,
+    report::PEERS[0],
+    report::PEERS[1],
+    report::PEERS[2],
+];
+
+/// The peer that is a bare timer entry: it runs W1 and W2 only (see [`runs`]).
+const DELAY_QUEUE: &str = report::PEERS[2];
+
+/// Whether `impl_name` can run `workload`: a `DelayQueue` runs no task, so only the workloads
+/// that put timers in and take them out (W1, W2).
+fn runs(impl_name: &str, workload: Workload) -> bool {
+    impl_name != DELAY_QUEUE || matches!(workload, Workload::W1 | Workload::W2)
+}
 
 /// The extra wheelpool tick of W3, in microseconds (0: no extra run).
 const DEFAULT_EXTRA_TICK_US: u64 = 100;
@@ -75,7 +90,8 @@ const USAGE: &str = "\
 usage: cargo bench --bench compare -- [options]
   --runs R             runs of every pair; the tables show medians (default 3)
   --workloads W1,W3    workloads to run (default all: W1..W8)
-  --impls a,b          implementations: wheelpool, scheduled-thread-pool (or stp), tokio (default all)
+  --impls a,b          implementations: wheelpool, scheduled-thread-pool (or stp), tokio,
+                       delayqueue (W1 and W2 only) (default all)
   --quick              small sizes and short runs: a smoke test in well under a minute
   --n N                override every selected workload's size
   --threads 1,2,4,8    W7's producer thread counts (default 1,2,4,8)
@@ -127,6 +143,8 @@ fn child(args: &[String]) -> Result<(), String> {
     let figures = match impl_name {
         "scheduled-thread-pool" => workloads::run::<StpTimer>(&params),
         "tokio" => workloads::run::<TokioTimer>(&params),
+        DELAY_QUEUE => workloads::run_delay_queue(&params)
+            .ok_or(format!("{DELAY_QUEUE} runs W1 and W2 only"))?,
         _ => run_wheelpool(&params).ok_or("wheelpool is not wired in yet (see compare.rs)")?,
     };
     let mut record = Record {
@@ -272,7 +290,8 @@ fn plan(
             .flat_map(|&n| thread_counts.iter().map(move |&t| (n, t)));
         for (n, threads) in shapes {
             for &impl_name in impls {
-                if impl_name == report::SUBJECT && !WHEELPOOL_READY {
+                if (impl_name == report::SUBJECT && !WHEELPOOL_READY) || !runs(impl_name, workload)
+                {
                     continue;
                 }
                 let job = Job {
@@ -466,8 +485,9 @@ fn canonical_impl(name: &str) -> Result<&'static str, String> {
         "wheelpool" | "wp" => Ok(report::SUBJECT),
         "scheduled-thread-pool" | "stp" => Ok(report::PEERS[0]),
         "tokio" => Ok(report::PEERS[1]),
+        "delayqueue" | "tokio-util" => Ok(report::PEERS[2]),
         _ => Err(format!(
-            "unknown implementation {name} (wheelpool, scheduled-thread-pool, tokio)"
+            "unknown implementation {name} (wheelpool, scheduled-thread-pool, tokio, delayqueue)"
         )),
     }
 }

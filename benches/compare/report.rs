@@ -10,8 +10,9 @@ use std::fmt::Write as _;
 /// The implementation compared against the peers: the left column and the numerator of ratios.
 pub(crate) const SUBJECT: &str = "wheelpool";
 
-/// The peers, in column order.
-pub(crate) const PEERS: [&str; 2] = ["scheduled-thread-pool", "tokio"];
+/// The peers, in column order. The last one, tokio-util's `DelayQueue`, runs W1 and W2 only:
+/// its other cells say "-".
+pub(crate) const PEERS: [&str; 3] = ["scheduled-thread-pool", "tokio", "delayqueue"];
 
 /// The figure the parent adds to each child's line: the share of the machine's CPU capacity that
 /// other processes used while the child ran, in percent.
@@ -166,7 +167,11 @@ pub(crate) fn main_table(medians: &[Record], subject_ready: bool) -> String {
         out,
         "| workload | n | figure | better | {SUBJECT} | {peers} | {ratios} |"
     );
-    let _ = writeln!(out, "|---|---:|---|---|---:|---:|---:|---:|---:|");
+    let _ = writeln!(
+        out,
+        "|---|---:|---|---|---:|{}",
+        "---:|".repeat(2 * PEERS.len())
+    );
     let by_label = |label: &str, row: &str, n: u64| {
         medians
             .iter()

@@ -1,6 +1,8 @@
 //! The one trait every workload is written against, and its two peer implementations:
 //! the crate `scheduled-thread-pool` (a binary heap under one mutex) and tokio (a task per timer).
-//! wheelpool's implementation lives in `wheelpool_impl.rs`.
+//! wheelpool's implementation lives in `wheelpool_impl.rs`. W1 and W2 need less ([`Entries`]:
+//! put a timer in, take it out), which a third peer has on its own: tokio-util's `DelayQueue`, a
+//! timing wheel owned by the producer, as lean as a timer entry gets (it runs nothing).
 //!
 //! Ground rules, so that the figures compare like with like:
 //! - Every implementation gets [`WORKERS`] worker threads.
@@ -40,6 +42,61 @@ pub(crate) trait Timer: Sync + Sized {
         init: Duration,
         period: Duration,
     ) -> Self::Handle;
+}
+
+/// What W1 and W2 do with a timer: put one in, take it out. Every [`Timer`] (by shared
+/// reference) is one; so is a bare [`DelayQueuePeer`].
+pub(crate) trait Entries {
+    /// What the caller keeps to take the timer out again.
+    type Handle;
+
+    /// Puts `f` in, due `delay` from now.
+    fn schedule<F: FnOnce() + Send + 'static>(&mut self, f: F, delay: Duration) -> Self::Handle;
+
+    /// Takes a timer out before it is due (and drops its handle).
+    fn cancel(&mut self, handle: Self::Handle);
+}
+
+impl<T: Timer> Entries for &T {
+    type Handle = T::Handle;
+
+    fn schedule<F: FnOnce() + Send + 'static>(&mut self, f: F, delay: Duration) -> Self::Handle {
+        Timer::schedule(*self, f, delay)
+    }
+
+    fn cancel(&mut self, handle: Self::Handle) {
+        Timer::cancel(*self, handle);
+    }
+}
+
+/// tokio-util's `DelayQueue` holding the tasks as `Box<dyn FnOnce() + Send>`, owned by the
+/// producer thread: no lock, no thread, nothing run (W1 and W2 fire nothing). The cost of a
+/// timer entry and nothing else, so the lower bound the issue tracker measures wheelpool's
+/// schedule, cancel and bytes per timer against. Made inside a tokio runtime's context (a
+/// current-thread runtime with time), as `DelayQueue` needs one for its timer.
+pub(crate) struct DelayQueuePeer {
+    queue: tokio_util::time::DelayQueue<Box<dyn FnOnce() + Send>>,
+}
+
+impl DelayQueuePeer {
+    /// Call inside a runtime's context (`Runtime::enter`), and use it there.
+    pub(crate) fn new() -> Self {
+        DelayQueuePeer {
+            queue: tokio_util::time::DelayQueue::new(),
+        }
+    }
+}
+
+impl Entries for DelayQueuePeer {
+    type Handle = tokio_util::time::delay_queue::Key;
+
+    fn schedule<F: FnOnce() + Send + 'static>(&mut self, f: F, delay: Duration) -> Self::Handle {
+        self.queue.insert(Box::new(f), delay)
+    }
+
+    fn cancel(&mut self, handle: Self::Handle) {
+        drop(self.queue.remove(&handle));
+    }
 }
 
 /// The crate `scheduled-thread-pool`: every job in one `BinaryHeap` under one mutex; cancel sets a

@@ -20,7 +20,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::probe::{self, Snapshot};
-use crate::timer::{Timer, WORKERS};
+use crate::timer::{DelayQueuePeer, Entries, Timer, WORKERS};
 
 /// Seed of every random draw: same inputs for every implementation and every run.
 const SEED: u64 = 0x5eed_0f73;
@@ -115,10 +115,26 @@ pub(crate) fn run<T: Timer>(params: &Params) -> Figures {
     }
 }
 
+/// W1 or W2 on a bare `DelayQueue` ([`DelayQueuePeer`]); `None` for the workloads it cannot
+/// run (it runs no task: it is a timer entry, not a pool).
+pub(crate) fn run_delay_queue(params: &Params) -> Option<Figures> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("cannot start the tokio runtime");
+    let _context = runtime.enter();
+    let n = params.n.max(1);
+    match params.workload {
+        Workload::W1 => Some(insert_cancel(DelayQueuePeer::new(), n)),
+        Workload::W2 => Some(churn(DelayQueuePeer::new(), n)),
+        _ => None,
+    }
+}
+
 /// W1: schedule `n` far-away one-shots, then cancel them all in insertion order.
-fn insert_cancel<T: Timer>(timer: &T, n: u64) -> Figures {
+fn insert_cancel<E: Entries>(mut timer: E, n: u64) -> Figures {
     let delays = uniform_delays(n, Duration::from_secs(10), Duration::from_secs(3600));
-    let mut handles = touched_vec::<T::Handle>(n);
+    let mut handles = touched_vec::<E::Handle>(n);
     let before = probe::settled_rss_bytes();
 
     let start = Instant::now();
@@ -155,15 +171,15 @@ fn insert_cancel<T: Timer>(timer: &T, n: u64) -> Figures {
             "rss_resched_per_timer",
             per_timer(rescheduled, cancelled, n),
         ),
-        ("handle_bytes", std::mem::size_of::<T::Handle>() as f64),
+        ("handle_bytes", std::mem::size_of::<E::Handle>() as f64),
     ]
 }
 
 /// W2: keep `m / 10` timeouts of 30 s pending; `m` times schedule a new one and cancel the oldest.
-fn churn<T: Timer>(timer: &T, m: u64) -> Figures {
+fn churn<E: Entries>(mut timer: E, m: u64) -> Figures {
     const TIMEOUT: Duration = CHURN_TIMEOUT;
     let pending = (m / 10).max(1);
-    let mut queue: VecDeque<T::Handle> = VecDeque::with_capacity(pending as usize + 1);
+    let mut queue: VecDeque<E::Handle> = VecDeque::with_capacity(pending as usize + 1);
     for _ in 0..pending {
         queue.push_back(timer.schedule(bump, TIMEOUT));
     }
