@@ -4,7 +4,8 @@
 //!
 //! **Shards.** Pending tasks live in `shards.len()` (a power of two) hierarchical wheels, each
 //! under its own short lock. A task's shard is fixed when it is created: the *home shard* of the
-//! scheduling thread (a worker's own index; other threads are dealt shards round-robin), kept in
+//! scheduling thread (a worker's own index; other threads are dealt shards round-robin from the last
+//! one down, `home.rs`), kept in
 //! its header. Producers on different threads therefore rarely meet on one lock, and a periodic
 //! task re-arms into the shard that already knows it.
 //!
