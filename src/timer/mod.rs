@@ -4,10 +4,9 @@
 //!
 //! **Shards.** Pending tasks live in `shards.len()` (a power of two) hierarchical wheels, each
 //! under its own short lock. A task's shard is fixed when it is created: the *home shard* of the
-//! scheduling thread (a worker's own index; other threads are dealt shards round-robin from the last
-//! one down, `home.rs`), kept in
-//! its header. Producers on different threads therefore rarely meet on one lock, and a periodic
-//! task re-arms into the shard that already knows it.
+//! scheduling thread (a worker's own index; other threads are dealt shards round-robin from the
+//! last one down, `home.rs`), kept in its header. Producers on different threads therefore
+//! rarely meet on one lock, and a periodic task re-arms into the shard that already knows it.
 //!
 //! **No queues between producers and the timer thread.** An insert, a cancel's unlink and a reset
 //! each take the task's shard lock (blocking: the lock is held for O(1) work by producers and
