@@ -79,3 +79,76 @@ fn a_watcher_that_read_a_stale_tick_is_nudged() {
         announce_5_and_check(&mut driver, w);
     });
 }
+
+/// The driver's tick (5) has come and the watcher took its entry itself (the shard's hint is
+/// now 1000); the driver, awake for it, has not announced its next tick yet. A watcher that
+/// registers now watches the earliest hint instead of waiting for a nudge, while a producer
+/// adds an earlier deadline (7) in another shard. The promise is unchanged: once the driver has
+/// announced its next tick (again, if the producer woke it), the watcher watches that tick (or
+/// an earlier one, which only wakes it early), or the driver's last announcement nudged it.
+#[test]
+fn a_watcher_past_the_drivers_tick_watches_the_earliest_hint_or_is_nudged() {
+    model(
+        "a_watcher_past_the_drivers_tick_watches_the_earliest_hint_or_is_nudged",
+        || {
+            let pool = Arc::new(ModelPool::new(1));
+            home::set(0);
+            drop(pool.schedule(|| (), 5).unwrap());
+            drop(pool.schedule(|| (), 1000).unwrap());
+            let mut driver = pool.driver();
+            driver.mark_awake();
+            driver.poll_step();
+            assert_eq!(driver.announce_and_check(), Ok(Some(5)));
+            let timer = &pool.core.timer;
+            // Tick 5 comes, and the watcher's poll takes its entry.
+            let mut due = Vec::new();
+            let cell = &timer.shards[0];
+            cell.poll_chunk(&mut cell.lock(), 5, 0, &mut due);
+            assert_eq!(due.len(), 1);
+            let just_past_5 = timer.time.nanos_of_tick(5) + 1;
+            let w = {
+                let pool = pool.clone();
+                thread::spawn(move || {
+                    assert!(pool.core.queues.sleep.become_watcher(0));
+                    pool.core.timer.watch_tick_at(|| just_past_5)
+                })
+            };
+            let p = {
+                let pool = pool.clone();
+                thread::spawn(move || {
+                    home::set(1);
+                    drop(pool.schedule(|| (), 7).unwrap());
+                })
+            };
+            // The driver, up for tick 5: passes until one ends in an announcement.
+            let mut pass = |driver: &mut Driver| loop {
+                driver.mark_awake();
+                driver.poll_step();
+                if let Ok(next) = driver.announce_and_check() {
+                    return (next, driver.nudge_watcher_if_late(next));
+                }
+            };
+            let (mut next, mut nudged) = pass(&mut driver);
+            let watched = w.join().unwrap();
+            p.join().unwrap();
+            if timer.driver_awake() {
+                // The producer's deadline came before the announced tick: it woke the driver.
+                (next, nudged) = pass(&mut driver);
+            }
+            assert_eq!(
+                next,
+                Some(7),
+                "the driver sleeps until the earliest deadline"
+            );
+            assert!(
+                watched.is_none_or(|t| t >= 7),
+                "the watcher watches {watched:?}: a tick no deadline has"
+            );
+            assert!(
+                timer.watched() <= 7 || nudged,
+                "the watcher watches {} and was not nudged",
+                timer.watched()
+            );
+        },
+    );
+}

@@ -77,6 +77,13 @@
 //!   The two fences make a Dekker pair: either the watcher read the driver's tick, or the driver
 //!   sees the registration and `u64::MAX` (or the tick the watcher then read) and nudges. A nudge
 //!   makes the watcher read `sleep_until` again; a missed one would only cost latency.
+//! - A watcher that finds the driver's tick already come (the driver is waking for it, or the
+//!   watcher just polled it) watches the earliest hint instead of parking until a nudge. The
+//!   driver will announce that hint or an earlier one, and nudges as above if it is earlier, so
+//!   the pair's promise is unchanged. Under dense deadlines this is most registrations: a
+//!   watcher that waited for the nudge handed out a fifth to a quarter of W3's timers, the
+//!   driver the rest, each of its batches 14 us (median) from its poll to the run against 3 us
+//!   for the watcher's; watching the hint, the watcher hands out about 40%.
 //! - A tick more than `WATCH_AHEAD` (50 ms) away is not worth a worker's wake-up yet: the driver
 //!   then parks until `WATCH_AHEAD` before it (never later than its announced tick, so nothing
 //!   above changes) and nudges on that pass. An idle pool given a timer an hour away wakes no
@@ -438,6 +445,11 @@ impl Timer {
     /// The watcher, registered and about to park: the tick the driver sleeps until, if it
     /// sleeps until one (ground rules). `None`: park without a time limit until nudged.
     pub(crate) fn watch_tick(&self) -> Option<u64> {
+        self.watch_tick_at(|| self.time.now_nanos())
+    }
+
+    /// [`Timer::watch_tick`] with the clock read by `now` (a loom model sets the time).
+    pub(crate) fn watch_tick_at(&self, now: impl FnOnce() -> u64) -> Option<u64> {
         if self.settle.is_some() {
             return None; // a manual clock: the driver alone settles time
         }
@@ -449,11 +461,19 @@ impl Timer {
         if tick == AWAKE || tick == u64::MAX {
             return None; // the driver is at work (it will nudge us) or sleeps without limit
         }
-        if self.wake_nanos(tick) <= self.time.now_nanos() {
-            // Already come: the driver is waking for it (or we just polled it ourselves) and
-            // will announce its next tick and nudge us. Watching it again would spin.
-            return None;
-        }
+        let now = now();
+        let tick = if self.wake_nanos(tick) > now {
+            tick
+        } else {
+            // Already come: the driver is waking for it (or we just polled it ourselves), and
+            // will announce the earliest hint as its next tick. Watch that hint now rather than
+            // wait for the driver's nudge (see "The watcher"). A hint not yet ahead is due: the
+            // driver takes it, and watching it would spin.
+            match self.shards.iter().filter_map(|cell| cell.hint()).min() {
+                Some(hint) if self.wake_nanos(hint) > now => hint,
+                _ => return None,
+            }
+        };
         self.watch.store(tick, Ordering::Relaxed);
         Some(tick)
     }
@@ -461,6 +481,18 @@ impl Timer {
     /// The watcher stops watching.
     pub(crate) fn unwatch(&self) {
         self.watch.store(u64::MAX, Ordering::Relaxed);
+    }
+
+    /// The tick the watcher watches (`u64::MAX`: none, or not yet read).
+    #[cfg(all(wheelpool_loom, test))]
+    pub(crate) fn watched(&self) -> u64 {
+        self.watch.load(Ordering::Relaxed)
+    }
+
+    /// True while the driver is awake (not parked, or woken by a producer and not yet back).
+    #[cfg(all(wheelpool_loom, test))]
+    pub(crate) fn driver_awake(&self) -> bool {
+        self.sleep_until.load(Ordering::Relaxed) == AWAKE
     }
 
     /// The driver, after announcing `tick` (and its fence): true if the watcher, if any, parks
