@@ -9,7 +9,8 @@ use super::run;
 use super::sleep::{Watch, Woke};
 use crate::sync::{Arc, Worker};
 use crate::task::TaskRef;
-use std::time::Instant;
+use crate::timer::duration_nanos;
+use std::time::{Duration, Instant};
 
 /// Rounds of looking for work before a worker announces itself as a sleeper. Each round spins a
 /// little longer (127 spin hints in all, a few microseconds). Short: an idle pool must not burn
@@ -29,6 +30,8 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
     let queues = &core.queues;
     queues.bind(index, deque);
     let mut turns = Turns::default();
+    // As the watcher: our last poll at a watched tick met no locked shard (`Timer::watch_tick`).
+    let mut eager = true;
     loop {
         match queues.take(index, &mut turns, core.lifecycle_cell()) {
             Found::Task(task, taking) => {
@@ -58,7 +61,7 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
             Found::ShutdownNow => break,
             Found::Nothing => {}
         }
-        let watch = TimerWatch(&core);
+        let watch = TimerWatch { core: &core, eager };
         let watching = core.may_watch().then_some(&watch as &dyn Watch);
         let woke = sleep.sleep(
             index,
@@ -66,24 +69,37 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
             watching,
         );
         if woke == Woke::Due {
-            poll_due(&core, index);
+            eager = poll_due(&core, index);
         }
     }
     queues.unbind();
 }
 
+/// How long a watcher whose poll met a locked shard waits before it polls a due tick again:
+/// about one poll's hold of the lock, and no spinning against it.
+const RETRY: Duration = Duration::from_micros(10);
+
 /// The watcher's view of the timer (see "The watcher" in `timer/mod.rs`).
-struct TimerWatch<'a>(&'a Core);
+struct TimerWatch<'a> {
+    core: &'a Core,
+    /// The worker's last poll at a watched tick met no locked shard.
+    eager: bool,
+}
 
 impl Watch for TimerWatch<'_> {
     fn until(&self) -> Option<Instant> {
-        let time = &self.0.timer.time;
-        let tick = self.0.timer.watch_tick()?;
-        Some(time.instant_of(self.0.timer.wake_nanos(tick)))
+        let timer = &self.core.timer;
+        let tick = timer.watch_tick()?;
+        let mut at = timer.wake_nanos(tick);
+        if !self.eager {
+            // Our last poll met a locked shard: do not poll a due tick again at once.
+            at = at.max(timer.time.now_nanos().saturating_add(duration_nanos(RETRY)));
+        }
+        Some(timer.time.instant_of(at))
     }
 
     fn unwatch(&self) {
-        self.0.timer.unwatch();
+        self.core.timer.unwatch();
     }
 }
 
@@ -91,15 +107,18 @@ impl Watch for TimerWatch<'_> {
 /// to the ready queues, this worker's first. Under the `taking` flag, like any take (ground
 /// rules in `queues.rs`), so `shutdown_now` either finds the pool stopped before we poll or
 /// waits for our pushes and sweeps them.
-fn poll_due(core: &Core, index: usize) {
+/// Returns false if a shard with something due was locked (`Timer::help_poll`).
+fn poll_due(core: &Core, index: usize) -> bool {
     let (taking, life) = core.queues.raise_taking(index, core.lifecycle_cell());
+    let mut all = true;
     if life == Lifecycle::Running {
         let mut due = Vec::new();
-        core.timer.help_poll(&mut due);
+        all = core.timer.help_poll(&mut due);
         core.queues.push_from_watcher(&mut due);
     }
     // Release (in `lower`): publishes our pushes to the sweep that follows `quiesce`.
     taking.lower();
+    all
 }
 
 /// Runs a task this worker took, then lets go of the worker's reference. If that was the last

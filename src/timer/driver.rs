@@ -6,7 +6,9 @@
 //! again at once; otherwise announce the sleep tick, fence, re-read every hint, and park (ground
 //! rules in `timer/mod.rs`).
 
-use super::{clear_keys, duration_nanos, Gate, Host, Lifecycle, PoolId, Timer, AWAKE, CHUNK};
+use super::{
+    clear_keys, duration_nanos, Gate, Host, Lifecycle, PoolId, SlackMark, Timer, AWAKE, CHUNK,
+};
 use crate::sync::{fence, Arc, Ordering};
 use crate::task::TaskRef;
 use crate::wheel::Wheel;
@@ -18,6 +20,13 @@ use std::time::Duration;
 /// deadline, even on a machine whose CPUs are all busy.
 const WATCH_AHEAD: Duration = Duration::from_millis(50);
 
+/// How long after a tick the driver wakes for it when the watcher watches that tick (see
+/// "The watcher" in the ground rules): the watcher hands it out, and the driver is the
+/// backstop. Short, so a watcher that is busy or slow to get a CPU costs its timer little;
+/// long enough that the driver, woken with it, does not take the timers first and wake a
+/// worker for them (a futex wake-up here ends 17-24 us after the asked instant, p50).
+const BACKSTOP: Duration = Duration::from_micros(50);
+
 /// The timer thread's own state.
 pub(crate) struct Driver {
     host: Arc<dyn Host>,
@@ -27,8 +36,8 @@ pub(crate) struct Driver {
     next: Vec<Option<u64>>,
     /// Graceful shutdown: where each shard's sweep for periodic tasks goes on (`None`: done).
     sweep: Option<Vec<Option<usize>>>,
-    /// `Timer::fired` when the driver last went to sleep (see "Coalescing").
-    fired: u64,
+    /// `Timer::fired`, and the time, when the driver last went to sleep (see "Coalescing").
+    slept: SlackMark,
     /// Shards whose last poll may have left staging to do (see "Staging").
     staging: Vec<bool>,
     /// Each shard's hint when it was last polled with nothing left to stage (`None`: never).
@@ -64,7 +73,7 @@ impl Driver {
             due: Vec::new(),
             next: vec![None; shards],
             sweep: None,
-            fired: 0,
+            slept: SlackMark::default(),
             staging: vec![false; shards],
             staged_at: vec![None; shards],
         }
@@ -108,7 +117,7 @@ impl Driver {
             );
         }
         if let Ok(next) = checked {
-            self.fired = timer.adapt_slack(self.fired);
+            self.slept = timer.adapt_slack(self.slept);
             self.tell_watcher_and_park(next);
         }
         false
@@ -128,7 +137,16 @@ impl Driver {
     pub(crate) fn poll_step(&mut self) -> (bool, usize) {
         let host = self.host.clone();
         let timer = host.timer();
-        let now = timer.time.tick_floor(timer.time.now_nanos());
+        // While a worker watches, what came due in the last `BACKSTOP` is the watcher's to
+        // hand out: the driver takes only what it has left that long.
+        let behind = if timer.watcher_registered() {
+            duration_nanos(BACKSTOP)
+        } else {
+            0
+        };
+        let now = timer
+            .time
+            .tick_floor(timer.time.now_nanos().saturating_sub(behind));
         let mut more = false;
         let mut pushed = 0;
         let horizon = timer.stage_horizon;
@@ -218,8 +236,9 @@ impl Driver {
                 return;
             }
         }
-        self.nudge_watcher_if_late(next);
-        self.park(next);
+        let nudged = self.nudge_watcher_if_late(next);
+        let watched = nudged || next.is_some_and(|tick| timer.watcher_covers(tick));
+        self.park_for(next, if watched { BACKSTOP } else { Duration::ZERO });
     }
 
     /// True if a shard whose next expiration is `tick` has not been polled for staging at it
@@ -242,10 +261,21 @@ impl Driver {
     }
 
     /// Parks until the tick `next` (`None`: no time limit), or until woken.
+    #[cfg(all(wheelpool_loom, test))]
     pub(crate) fn park(&self, next: Option<u64>) {
+        self.park_for(next, Duration::ZERO);
+    }
+
+    /// Parks until `behind` after the tick `next` (`None`: no time limit), or until woken.
+    fn park_for(&self, next: Option<u64>, behind: Duration) {
         let timer = self.timer();
         let deadline = match (&timer.settle, next) {
-            (None, Some(tick)) => Some(timer.time.instant_of(timer.wake_nanos(tick))),
+            (None, Some(tick)) => {
+                let at = timer
+                    .wake_nanos(tick)
+                    .saturating_add(duration_nanos(behind));
+                Some(timer.time.instant_of(at))
+            }
             _ => None, // a manual clock wakes the driver when time moves
         };
         timer.parker.park(deadline);

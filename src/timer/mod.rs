@@ -64,9 +64,18 @@
 //! hands the task to. On a machine whose CPUs are all busy each wake-up may wait for the OS
 //! scheduler's next tick (4 ms here), so the two add up (6 ms in a cancel storm). So one
 //! idle worker at a time, the *watcher*, parks until the tick the driver sleeps until, and when
-//! that comes polls the due shards itself (`help_poll`) and runs what it found: whichever of it
-//! and the driver gets a CPU first hands the timer out. The driver stays the one that is always
-//! right: the watcher only ever takes work off it.
+//! that comes polls the due shards itself (`help_poll`) and runs what it found. The driver
+//! stays the one that is always right: the watcher only ever takes work off it.
+//! - **The driver is the backstop.** When the watcher watches the tick the driver will sleep
+//!   until (or an earlier one, or was just nudged to read it), the driver parks until
+//!   `BACKSTOP` (50 us) after it, and while a watcher watches any tick, a pass of the driver
+//!   takes only entries due at least `BACKSTOP` ago. Were both to wake at the tick, the driver
+//!   (its lock blocking, the watcher's not) took most timers first and woke a worker for them:
+//!   a second wake-up, 14 us from its poll to the run (median, W3) against 3 us. A watcher
+//!   that is busy or slow to get a CPU costs its timers at most `BACKSTOP` more.
+//!   Nothing here changes a fence pair: the driver still announces its tick, producers still
+//!   wake it for earlier ones, and it wakes for every entry at the latest `BACKSTOP` plus the
+//!   slack after its deadline.
 //! - `help_poll` takes shard locks with `try_lock` (a worker never waits for the wheel: a locked
 //!   shard is being polled by the driver or changed by a producer, and the driver is awake at
 //!   that tick too) and polls one chunk per shard.
@@ -78,12 +87,12 @@
 //!   sees the registration and `u64::MAX` (or the tick the watcher then read) and nudges. A nudge
 //!   makes the watcher read `sleep_until` again; a missed one would only cost latency.
 //! - A watcher that finds the driver's tick already come (the driver is waking for it, or the
-//!   watcher just polled it) watches the earliest hint instead of parking until a nudge. The
-//!   driver will announce that hint or an earlier one, and nudges as above if it is earlier, so
-//!   the pair's promise is unchanged. Under dense deadlines this is most registrations: a
-//!   watcher that waited for the nudge handed out a fifth to a quarter of W3's timers, the
-//!   driver the rest, each of its batches 14 us (median) from its poll to the run against 3 us
-//!   for the watcher's; watching the hint, the watcher hands out about 40%.
+//!   watcher just polled it) watches the earliest hint instead of parking until a nudge, even
+//!   a hint already due: then it polls at once. The driver will announce that hint or an
+//!   earlier one, and nudges as above if it is earlier, so the pair's promise is unchanged.
+//!   Under dense deadlines this is most registrations. A watcher whose last poll met a locked
+//!   shard waits `RETRY` (10 us, `pool/worker.rs`) before it polls a due hint again, so it
+//!   never spins against a lock holder.
 //! - A tick more than `WATCH_AHEAD` (50 ms) away is not worth a worker's wake-up yet: the driver
 //!   then parks until `WATCH_AHEAD` before it (never later than its announced tick, so nothing
 //!   above changes) and nudges on that pass. An idle pool given a timer an hour away wakes no
@@ -99,9 +108,11 @@
 //! watcher sleep until the earliest deadline *plus a slack*, and take everything due by then in
 //! one pass. The slack adapts: when the driver goes to sleep it sets it to `SLACK_PER_TASK`
 //! (2 us) per task that came due (driver's and watcher's polls, `fired`) since it last went to
-//! sleep, at most `MAX_SLACK` (1 ms) less the tick. Deadlines sparser than one per 2 us settle
-//! near zero slack; denser ones grow it to the cap, where a pool batches like the 1 ms tick it
-//! had before (W5 costs the same CPU). A manual clock has no slack.
+//! sleep, at most `MAX_SLACK` (1 ms) less the tick, or to nothing if those tasks came sparser
+//! than one per `DENSE_GAP` (4 us) over that time. Deadlines one per 10 us (W3) thus get no
+//! slack (a count alone gave them a few microseconds, more after every late wake-up, and a
+//! longer tail); denser ones grow it to the cap, where a pool batches like the 1 ms tick it had
+//! before (W5: one deadline per microsecond). A manual clock has no slack.
 //! - The slack only moves *when* the sleeper wakes, never what is due: polls take entries due
 //!   by the current time, so nothing fires early, and a timer waits at most the slack (1 ms)
 //!   more than without it.
@@ -164,6 +175,29 @@ const STAGE_AHEAD: Duration = Duration::from_millis(250);
 /// At this rate the slack settles near zero while deadlines come less often than one per
 /// 2 us, and grows to [`MAX_SLACK`] when they come more often.
 const SLACK_PER_TASK: Duration = Duration::from_micros(2);
+
+/// Deadlines that came due sparser than one per this, on average since the driver last slept,
+/// get no slack at all (see "Coalescing"): their timers are each woken for.
+const DENSE_GAP: Duration = Duration::from_micros(4);
+
+/// The tasks that had come due by a moment, and that moment (nanoseconds since the origin):
+/// what the driver remembers of its last sleep to set the next slack (see "Coalescing").
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct SlackMark {
+    pub(crate) fired: u64,
+    pub(crate) at: u64,
+}
+
+/// The slack after `tasks` came due over `elapsed` nanoseconds: none unless they came at least
+/// one per [`DENSE_GAP`] on average, else [`SLACK_PER_TASK`] per task, at most `max`.
+fn coalescing_slack(tasks: u64, elapsed: u64, max: u64) -> u64 {
+    if tasks.saturating_mul(duration_nanos(DENSE_GAP)) < elapsed {
+        return 0;
+    }
+    tasks
+        .saturating_mul(duration_nanos(SLACK_PER_TASK))
+        .min(max)
+}
 
 /// Where the pool is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -289,16 +323,19 @@ impl Timer {
     }
 
     /// The driver, about to sleep: sets the slack from the tasks that came due since it last
-    /// slept (`fired_before` is the count it saw then); returns the count now.
-    pub(crate) fn adapt_slack(&self, fired_before: u64) -> u64 {
-        let fired = self.fired.load(Ordering::Relaxed);
-        let per_task = duration_nanos(SLACK_PER_TASK);
-        let slack = fired
-            .wrapping_sub(fired_before)
-            .saturating_mul(per_task)
-            .min(self.max_slack);
+    /// slept (`before` is the count and the time it saw then); returns the count and time now.
+    pub(crate) fn adapt_slack(&self, before: SlackMark) -> SlackMark {
+        let now = SlackMark {
+            fired: self.fired.load(Ordering::Relaxed),
+            at: self.time.now_nanos(),
+        };
+        let slack = coalescing_slack(
+            now.fired.wrapping_sub(before.fired),
+            now.at.saturating_sub(before.at),
+            self.max_slack,
+        );
         self.slack.store(slack, Ordering::Relaxed);
-        fired
+        now
     }
 
     /// Counts tasks taken out of the wheels (the driver's or the watcher's poll).
@@ -461,18 +498,15 @@ impl Timer {
         if tick == AWAKE || tick == u64::MAX {
             return None; // the driver is at work (it will nudge us) or sleeps without limit
         }
-        let now = now();
-        let tick = if self.wake_nanos(tick) > now {
+        let tick = if self.wake_nanos(tick) > now() {
             tick
         } else {
             // Already come: the driver is waking for it (or we just polled it ourselves), and
             // will announce the earliest hint as its next tick. Watch that hint now rather than
-            // wait for the driver's nudge (see "The watcher"). A hint not yet ahead is due: the
-            // driver takes it, and watching it would spin.
-            match self.shards.iter().filter_map(|cell| cell.hint()).min() {
-                Some(hint) if self.wake_nanos(hint) > now => hint,
-                _ => return None,
-            }
+            // wait for the driver's nudge (see "The watcher"), even if it is due already: then
+            // the watcher polls at once (or a little later if its last poll met a locked
+            // shard, so that it never spins on a lock: `pool/worker.rs`).
+            self.shards.iter().filter_map(|cell| cell.hint()).min()?
         };
         self.watch.store(tick, Ordering::Relaxed);
         Some(tick)
@@ -495,6 +529,17 @@ impl Timer {
         self.sleep_until.load(Ordering::Relaxed) == AWAKE
     }
 
+    /// True while a worker watches a tick (not only registered: it has read one).
+    pub(crate) fn watcher_registered(&self) -> bool {
+        self.settle.is_none() && self.watch.load(Ordering::Relaxed) != u64::MAX
+    }
+
+    /// The driver, about to park until `tick`: true if a watcher watches it (or an earlier
+    /// tick), so the driver may wake a little after it (`driver::BACKSTOP`).
+    pub(crate) fn watcher_covers(&self, tick: u64) -> bool {
+        self.settle.is_none() && self.watch.load(Ordering::Relaxed) <= tick
+    }
+
     /// The driver, after announcing `tick` (and its fence): true if the watcher, if any, parks
     /// until later and needs a nudge.
     pub(crate) fn watcher_is_late(&self, tick: u64) -> bool {
@@ -503,20 +548,24 @@ impl Timer {
 
     /// The watcher's poll at its tick: every shard with something due that nobody holds gives
     /// at most one chunk of due tasks into `due` (only those a cancel has not won). Never waits
-    /// for a lock (ground rules).
-    pub(crate) fn help_poll(&self, due: &mut Vec<TaskRef>) {
+    /// for a lock (ground rules). Returns false if it left a shard with something due because
+    /// its lock was held.
+    pub(crate) fn help_poll(&self, due: &mut Vec<TaskRef>) -> bool {
         let now = self.time.tick_floor(self.time.now_nanos());
+        let mut all = true;
         for cell in self.shards.iter() {
             if cell.hint().is_none_or(|h| h > now) {
                 continue;
             }
             let Some(mut shard) = cell.lock.try_lock() else {
-                continue; // the driver (awake at this tick too) or a producer has it
+                all = false; // the driver (awake at this tick too) or a producer has it
+                continue;
             };
             cell.poll_chunk(&mut shard, now, self.stage_horizon, due);
         }
         self.count_fired(due.len());
         due.retain(|t| t.header().state.is_scheduled());
+        all
     }
 
     /// Wakes the driver unconditionally (shutdown, manual clock).
@@ -548,5 +597,31 @@ fn not_waiting(state: Snapshot) -> ResetError {
             ResetError::Cancelled
         }
         Snapshot::Ended(End::Completed | End::Panicked) => ResetError::Done,
+    }
+}
+
+#[cfg(all(test, not(wheelpool_loom)))]
+mod tests {
+    use super::*;
+
+    const US: u64 = 1_000;
+
+    #[test]
+    fn sparse_deadlines_get_no_slack_dense_ones_two_us_each_up_to_the_cap() {
+        let max = 999 * US;
+        // W3: one deadline per 10 us; a late wake-up that finds five due changes nothing.
+        assert_eq!(coalescing_slack(1, 10 * US, max), 0);
+        assert_eq!(coalescing_slack(5, 60 * US, max), 0);
+        // Exactly one per 4 us counts as dense.
+        assert_eq!(coalescing_slack(10, 40 * US, max), 20 * US);
+        // W5: one per microsecond, capped.
+        assert_eq!(coalescing_slack(100, 100 * US, max), 200 * US);
+        assert_eq!(coalescing_slack(5_000, 1_000 * US, max), max);
+        // Nothing came due; a manual clock (no slack at all).
+        assert_eq!(coalescing_slack(0, 0, max), 0);
+        assert_eq!(coalescing_slack(0, 5 * US, max), 0);
+        assert_eq!(coalescing_slack(5_000, 1_000 * US, 0), 0);
+        // No overflow at the extremes.
+        assert_eq!(coalescing_slack(u64::MAX, u64::MAX, max), max);
     }
 }
