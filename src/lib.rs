@@ -31,6 +31,7 @@
 //!                            │ sleeps until the earliest next expiration or an earlier deadline;
 //!                            │ one idle worker (the watcher) sleeps until the same instant and
 //!                            │ polls the due shards itself, so a due timer needs one wake-up
+//!                            │ (the timer thread then wakes 50 us later, as a backstop)
 //!                            ▼ due tasks, a chunk at a time
 //!              workers (crossbeam-deque injector + per-worker deques, work stealing)
 //!                            │ run under catch_unwind
@@ -50,12 +51,14 @@
 //!
 //! - **Never early.** A deadline rounds *up* to the next tick of the wheel (1 us by default,
 //!   [`Builder::tick`]); a task never starts before its deadline.
-//! - **Lateness** is one thread's wake-up (the watching worker's, or the timer thread's and then
-//!   a worker's, whichever comes first) plus an adaptive *slack*: the timer side sleeps until the
-//!   earliest deadline plus 2 us for each task that came due while it last slept, at most 1 ms.
-//!   Sparse timers (a lone timeout, a heartbeat) therefore fire within a wake-up of their
-//!   deadline, and dense ones (thousands due each millisecond) are batched as a 1 ms tick would
-//!   batch them, at the same CPU cost. BENCHMARKS.md (W3, W5, W8) has the figures. A tick of
+//! - **Lateness** is one thread's wake-up (the watching worker's; if no worker is idle to
+//!   watch, the timer thread's and then a worker's; if the watcher is slow to get a CPU, the
+//!   timer thread's 50 us later) plus an adaptive *slack*: none while deadlines come sparser
+//!   than one per 4 us, else the timer side sleeps until the earliest deadline plus 2 us for
+//!   each task that came due while it last slept, at most 1 ms. Sparse timers (a lone timeout,
+//!   a heartbeat, a hundred thousand spread over a second) therefore fire within a wake-up of
+//!   their deadline, and dense ones (thousands due each millisecond) are batched as a 1 ms tick
+//!   would batch them, at about the same CPU cost. BENCHMARKS.md (W3, W5, W8) has the figures. A tick of
 //!   1 ms or more (`Builder::tick`) rounds every deadline up instead and adds no slack. On a
 //!   machine with more busy threads than CPUs the kernel decides when a woken thread runs: a few
 //!   rounds in a hundred of the cancel-storm benchmark waited 6-18 ms for it.
