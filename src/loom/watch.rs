@@ -7,9 +7,16 @@
 //! if it may watch a later tick. Loom's parks never time out, so the models check the protocol's
 //! promise directly: once both sides are done, the watcher read `T`, or it was nudged (and a
 //! nudged watcher reads the tick again). A missed nudge would leave the watcher parked past the
-//! deadline: not a lost task (the driver still dispatches it), but the second wake-up in a row
-//! that the watcher exists to save. Taking out either fence lets a model fail (the watcher reads
-//! the stale tick, the driver reads a stale `watch`).
+//! deadline: not a lost task (the driver still dispatches it, at most `BACKSTOP` after its tick
+//! while a watcher watches), but the second wake-up in a row that the watcher exists to save.
+//! Taking out either fence lets a model fail (the watcher reads the stale tick, the driver reads
+//! a stale `watch`).
+//!
+//! Not modelled: the driver's `BACKSTOP` (its park past a watched tick, and its passes leaving
+//! the last 50 us of due entries to the watcher). Those add no atomic protocol (the driver reads
+//! `watch` as a hint), and what they rest on is that every park of the driver has a time limit
+//! while anything is pending, which loom cannot check (its parks never time out, and at the
+//! models' one-hour tick a 50 us shift changes no tick).
 
 use super::{model, ModelPool};
 use crate::sync::Arc;
@@ -81,7 +88,7 @@ fn a_watcher_that_read_a_stale_tick_is_nudged() {
 }
 
 /// The driver's tick (5) has come and the watcher took its entry itself (the shard's hint is
-/// now 1000); the driver, awake for it, has not announced its next tick yet. A watcher that
+/// now at most 1000: the start of the wheel slot that holds it); the driver, awake for it, has not announced its next tick yet. A watcher that
 /// registers now watches the earliest hint instead of waiting for a nudge, while a producer
 /// adds an earlier deadline (7) in another shard. The promise is unchanged: once the driver has
 /// announced its next tick (again, if the producer woke it), the watcher watches that tick (or

@@ -91,9 +91,10 @@ impl Watch for TimerWatch<'_> {
         let timer = &self.core.timer;
         let tick = timer.watch_tick()?;
         let mut at = timer.wake_nanos(tick);
-        if !self.eager {
+        let now = timer.time.now_nanos();
+        if !self.eager && at <= now {
             // Our last poll met a locked shard: do not poll a due tick again at once.
-            at = at.max(timer.time.now_nanos().saturating_add(duration_nanos(RETRY)));
+            at = now.saturating_add(duration_nanos(RETRY));
         }
         Some(timer.time.instant_of(at))
     }

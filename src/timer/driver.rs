@@ -139,7 +139,7 @@ impl Driver {
         let timer = host.timer();
         // While a worker watches, what came due in the last `BACKSTOP` is the watcher's to
         // hand out: the driver takes only what it has left that long.
-        let behind = if timer.watcher_registered() {
+        let behind = if self.watcher_helps() {
             duration_nanos(BACKSTOP)
         } else {
             0
@@ -237,7 +237,8 @@ impl Driver {
             }
         }
         let nudged = self.nudge_watcher_if_late(next);
-        let watched = nudged || next.is_some_and(|tick| timer.watcher_covers(tick));
+        let watched =
+            self.watcher_helps() && (nudged || next.is_some_and(|tick| timer.watcher_covers(tick)));
         self.park_for(next, if watched { BACKSTOP } else { Duration::ZERO });
     }
 
@@ -258,6 +259,12 @@ impl Driver {
             }
         }
         any
+    }
+
+    /// True if a watcher may hand timers out: one watches a tick, and the pool is running (a
+    /// watcher polls only then, so after `shutdown` the driver hands out everything itself).
+    fn watcher_helps(&self) -> bool {
+        self.host.lifecycle() == Lifecycle::Running && self.timer().watcher_registered()
     }
 
     /// Parks until the tick `next` (`None`: no time limit), or until woken.
