@@ -58,10 +58,10 @@
 //!   each task that came due while it last slept, at most 1 ms. Sparse timers (a lone timeout,
 //!   a heartbeat, a hundred thousand spread over a second) therefore fire within a wake-up of
 //!   their deadline, and dense ones (thousands due each millisecond) are batched as a 1 ms tick
-//!   would batch them, at about the same CPU cost. BENCHMARKS.md (W3, W5, W8) has the figures. A tick of
-//!   1 ms or more (`Builder::tick`) rounds every deadline up instead and adds no slack. On a
-//!   machine with more busy threads than CPUs the kernel decides when a woken thread runs: a few
-//!   rounds in a hundred of the cancel-storm benchmark waited 6-18 ms for it.
+//!   would batch them, at about the same CPU cost. BENCHMARKS.md (W3, W5, W8) has the figures.
+//!   A tick of 1 ms or more (`Builder::tick`) rounds every deadline up instead and adds no
+//!   slack. On a machine with more busy threads than CPUs the kernel decides when a woken
+//!   thread runs: a few rounds in a hundred of the cancel-storm benchmark waited 6-18 ms for it.
 //! - **Fixed rate** runs on the grid `start + initial + k * period` with no drift; a run that
 //!   overruns delays the next one; missed runs follow [`MissedTicks`]. **Fixed delay** plans each
 //!   run `delay` after the previous one returned. Runs of one task never overlap.

@@ -88,11 +88,12 @@ fn a_watcher_that_read_a_stale_tick_is_nudged() {
 }
 
 /// The driver's tick (5) has come and the watcher took its entry itself (the shard's hint is
-/// now at most 1000: the start of the wheel slot that holds it); the driver, awake for it, has not announced its next tick yet. A watcher that
-/// registers now watches the earliest hint instead of waiting for a nudge, while a producer
-/// adds an earlier deadline (7) in another shard. The promise is unchanged: once the driver has
-/// announced its next tick (again, if the producer woke it), the watcher watches that tick (or
-/// an earlier one, which only wakes it early), or the driver's last announcement nudged it.
+/// now at most 1000: the start of the wheel slot that holds it); the driver, awake for it, has
+/// not announced its next tick yet. A watcher that registers now watches the earliest hint
+/// instead of waiting for a nudge, while a producer adds an earlier deadline (7) in another
+/// shard. The promise is unchanged: once the driver has announced its next tick (again, if the
+/// producer woke it), the watcher watches that tick (or an earlier one, which only wakes it
+/// early), or the driver's last announcement nudged it.
 #[test]
 fn a_watcher_past_the_drivers_tick_watches_the_earliest_hint_or_is_nudged() {
     model(

@@ -66,8 +66,9 @@
 //! idle worker at a time, the *watcher*, parks until the tick the driver sleeps until, and when
 //! that comes polls the due shards itself (`help_poll`) and runs what it found. The driver
 //! stays the one that is always right: the watcher only ever takes work off it.
-//! - **The driver is the backstop.** When the watcher watches the tick the driver will sleep
-//!   until (or an earlier one, or was just nudged to read it), the driver parks until
+//! - **The driver is the backstop** while the pool runs (a watcher polls only then). When the
+//!   watcher watches the tick the driver will sleep until (or an earlier one, or was just
+//!   nudged to read it), the driver parks until
 //!   `BACKSTOP` (50 us) after it, and while a watcher watches any tick, a pass of the driver
 //!   takes only entries due at least `BACKSTOP` ago. Were both to wake at the tick, the driver
 //!   (its lock blocking, the watcher's not) took most timers first and woke a worker for them:
