@@ -264,7 +264,7 @@ impl Driver {
     /// True if a watcher may hand timers out: one watches a tick, and the pool is running (a
     /// watcher polls only then, so after `shutdown` the driver hands out everything itself).
     fn watcher_helps(&self) -> bool {
-        self.host.lifecycle() == Lifecycle::Running && self.timer().watcher_registered()
+        self.host.lifecycle() == Lifecycle::Running && self.timer().watcher_watches()
     }
 
     /// Parks until the tick `next` (`None`: no time limit), or until woken.

@@ -530,8 +530,8 @@ impl Timer {
         self.sleep_until.load(Ordering::Relaxed) == AWAKE
     }
 
-    /// True while a worker watches a tick (not only registered: it has read one).
-    pub(crate) fn watcher_registered(&self) -> bool {
+    /// True while a worker watches a tick (registered, and it has read one).
+    pub(crate) fn watcher_watches(&self) -> bool {
         self.settle.is_none() && self.watch.load(Ordering::Relaxed) != u64::MAX
     }
 
