@@ -237,8 +237,10 @@ impl Driver {
             }
         }
         let nudged = self.nudge_watcher_if_late(next);
+        // Watched: the watcher watches `next` or an earlier tick (it is not late), or was just
+        // nudged to read it.
         let watched =
-            self.watcher_helps() && (nudged || next.is_some_and(|tick| timer.watcher_covers(tick)));
+            self.watcher_helps() && next.is_some_and(|tick| nudged || !timer.watcher_is_late(tick));
         self.park_for(next, if watched { BACKSTOP } else { Duration::ZERO });
     }
 

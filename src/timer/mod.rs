@@ -535,12 +535,6 @@ impl Timer {
         self.settle.is_none() && self.watch.load(Ordering::Relaxed) != u64::MAX
     }
 
-    /// The driver, about to park until `tick`: true if a watcher watches it (or an earlier
-    /// tick), so the driver may wake a little after it (`driver::BACKSTOP`).
-    pub(crate) fn watcher_covers(&self, tick: u64) -> bool {
-        self.settle.is_none() && self.watch.load(Ordering::Relaxed) <= tick
-    }
-
     /// The driver, after announcing `tick` (and its fence): true if the watcher, if any, parks
     /// until later and needs a nudge.
     pub(crate) fn watcher_is_late(&self, tick: u64) -> bool {
