@@ -201,12 +201,14 @@ impl Core {
     /// Admits a new task (deadline in its header) and inserts it into a wheel or pushes it to a
     /// ready queue. On error nothing is queued and the task (with its closure) is dropped by
     /// the caller. `now` is the clock reading the task's deadline was computed from.
+    #[inline]
     pub(crate) fn schedule(&self, task: &TaskRef, now: u64) -> Result<(), ScheduleError> {
         self.admit()?;
         self.schedule_admitted(task, now, Arrival::New)
     }
 
     /// Counts the task in, or refuses it (shutdown, saturation) without a trace.
+    #[inline]
     pub(crate) fn admit(&self) -> Result<(), ScheduleError> {
         // SeqCst increment before the SeqCst lifecycle read: see the ground rules.
         self.counters.admitted();

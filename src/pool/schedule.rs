@@ -22,6 +22,7 @@ pub(crate) struct When {
 }
 
 /// Due `delay` from now.
+#[inline]
 pub(crate) fn after(core: &Core, delay: Duration) -> When {
     let now = core.timer.time.now_nanos();
     When {

@@ -230,6 +230,7 @@ pub(crate) struct PackedId([u8; ID_BYTES]);
 
 impl PackedId {
     /// The next id of this thread's block.
+    #[inline]
     pub(crate) fn next() -> Self {
         let bytes = next_id().to_le_bytes();
         let mut id = [0; ID_BYTES];

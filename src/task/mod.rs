@@ -156,6 +156,7 @@ pub(crate) const NO_KEY: u64 = u64::MAX;
 const UNPLANNED: u8 = 0x80;
 
 impl Header {
+    #[inline]
     pub(crate) fn new(deadline: u64, kind: TaskKind, shard: u16) -> Self {
         let shard = match u8::try_from(shard) {
             Ok(shard) if shard & UNPLANNED == 0 => shard,

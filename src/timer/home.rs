@@ -38,6 +38,7 @@ crate::sync::thread_local! {
 }
 
 /// The calling thread's home index (any value: the timer masks it).
+#[inline]
 pub(crate) fn index() -> usize {
     HOME.with(|h| {
         if let Some(home) = h.get() {

@@ -352,6 +352,7 @@ impl Timer {
     }
 
     /// The calling thread's shard for new tasks.
+    #[inline]
     pub(crate) fn home_shard(&self) -> u16 {
         // `shards.len()` is a power of two no larger than MAX_SHARDS.
         (home::index() & (self.shards.len() - 1)) as u16
@@ -382,9 +383,11 @@ impl Timer {
     /// straight to the workers. A dense shard's re-arms almost never lower its hint (W5: a 10 ms
     /// re-arm is behind thousands of earlier deadlines), so they are not read again.
     pub(crate) fn insert(&self, task: &TaskRef, rearm: bool) -> Result<bool, Refused> {
-        let deadline = task.header().deadline();
+        // The header once: each `header()` is a virtual call.
+        let header = task.header();
+        let deadline = header.deadline();
         let tick = self.time.tick_ceil(deadline);
-        let cell = self.cell_of(task);
+        let cell = &self.shards[usize::from(header.shard())];
         let mut shard = cell.lock();
         if rearm && cell.hint().is_none_or(|hint| tick < hint) && deadline <= self.time.now_nanos()
         {
@@ -393,7 +396,7 @@ impl Timer {
         if !shard.gate.admits(task) {
             return Err(Refused);
         }
-        insert_unless_cancelled(&mut shard.wheel, tick, task);
+        insert_unless_cancelled(&mut shard.wheel, tick, task, header);
         self.inserted(cell, shard, tick);
         Ok(false)
     }
@@ -415,8 +418,9 @@ impl Timer {
     /// A waiting task was cancelled: its wheel entry is unlinked and its memory freed now, on
     /// the cancelling thread.
     pub(crate) fn cancelled(&self, task: &TaskRef) {
-        let mut shard = self.cell_of(task).lock();
-        let removed = unlink(&mut shard.wheel, task);
+        let header = task.header();
+        let mut shard = self.shards[usize::from(header.shard())].lock();
+        let removed = unlink(&mut shard.wheel, header);
         give_back_if_empty(&mut shard.wheel);
         drop(shard);
         drop(removed);
@@ -448,7 +452,7 @@ impl Timer {
             // (again), so there is nothing to move, and the sweep must find it where it is.
             return Err(ResetError::Cancelled);
         }
-        let Some(entry) = unlink(&mut shard.wheel, task) else {
+        let Some(entry) = unlink(&mut shard.wheel, task.header()) else {
             // Due and handed to a worker (firing), or a periodic task between its run and its
             // re-arm's insert.
             return Err(ResetError::Running);

@@ -2,7 +2,7 @@
 //! lock, and the helpers every change to a wheel goes through (ground rules in `timer/mod.rs`).
 
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
-use crate::task::{TaskRef, NO_KEY};
+use crate::task::{Header, TaskRef, NO_KEY};
 use crate::wheel::{Key, Wheel};
 
 /// Entries the driver moves (hands out or cascades) per shard in one locked step. 512 moves
@@ -180,12 +180,19 @@ pub(super) fn give_back_if_empty(wheel: &mut Wheel<TaskRef>) {
 
 /// Inserts `task` for `tick` and records its key, unless a cancel won it first. Called under the
 /// shard's lock (ground rules).
-pub(super) fn insert_unless_cancelled(wheel: &mut Wheel<TaskRef>, tick: u64, task: &TaskRef) {
-    if !task.header().state.is_scheduled() {
+/// `header` is `task`'s, which the caller has read already.
+#[inline]
+pub(super) fn insert_unless_cancelled(
+    wheel: &mut Wheel<TaskRef>,
+    tick: u64,
+    task: &TaskRef,
+    header: &Header,
+) {
+    if !header.state.is_scheduled() {
         return; // cancelled in transit: the canceller has accounted for it
     }
     let key = wheel.insert(tick, task.clone());
-    task.header().set_wheel_key(key.to_u64());
+    header.set_wheel_key(key.to_u64());
 }
 
 /// Tasks that just left a wheel (under its lock): clear their keys, so no later unlink can match
@@ -196,14 +203,15 @@ pub(crate) fn clear_keys(tasks: &[TaskRef]) {
     }
 }
 
-/// Removes `task`'s wheel entry, if it has a live one; returns the wheel's reference so the
-/// caller drops it after unlocking. Called under the shard's lock.
-pub(super) fn unlink(wheel: &mut Wheel<TaskRef>, task: &TaskRef) -> Option<TaskRef> {
-    let key = task.header().wheel_key();
+/// Removes the wheel entry of the task whose `header` this is, if it has a live one; returns
+/// the wheel's reference so the caller drops it after unlocking. Called under the shard's lock.
+#[inline]
+pub(super) fn unlink(wheel: &mut Wheel<TaskRef>, header: &Header) -> Option<TaskRef> {
+    let key = header.wheel_key();
     if key == NO_KEY {
         return None; // not inserted yet, or already handed out
     }
-    task.header().set_wheel_key(NO_KEY);
+    header.set_wheel_key(NO_KEY);
     // A stale key (the entry fired, the slot was reused) is refused by its generation.
     wheel.remove(Key::from_u64(key))
 }

@@ -325,6 +325,7 @@ impl<T> Wheel<T> {
     /// wheel.poll_expired(100, &mut due);
     /// assert_eq!(due, ["late"]);
     /// ```
+    #[inline]
     pub fn insert(&mut self, deadline: u64, value: T) -> Key {
         let (index, generation) = self.slab.insert(deadline, value);
         if deadline <= self.now {
@@ -501,6 +502,7 @@ impl<T> Wheel<T> {
 
     /// Links the occupied node `index`, due at `deadline > now` (so past the cursor), into its
     /// slot.
+    #[inline]
     fn link(&mut self, index: u32, deadline: u64) {
         debug_assert!(deadline > self.cursor);
         let level = level_for(self.cursor, deadline);

@@ -100,6 +100,7 @@ impl<T> Slab<T> {
     /// generation. The node is in no list yet.
     ///
     /// Panics if the slab already holds `u32::MAX - 1` nodes.
+    #[inline]
     pub(super) fn insert(&mut self, deadline: u64, value: T) -> (u32, u32) {
         let index = if self.free != NIL {
             let index = self.free;
@@ -119,6 +120,7 @@ impl<T> Slab<T> {
     }
 
     /// Appends a new node; the slow path of [`Slab::insert`] once the free list is empty.
+    #[cold]
     fn push_node(&mut self, deadline: u64, value: T) -> u32 {
         let index = self.nodes.len();
         assert!(
