@@ -87,16 +87,19 @@ pub(crate) struct Summary {
 }
 
 impl Lateness {
-    /// Cells for `workers` workers.
+    /// Cells for `workers` workers: a power of two of them, so a worker finds its own with a
+    /// mask rather than a division (worker `i < workers` gets cell `i`).
     pub(crate) fn new(workers: usize) -> Self {
         Lateness {
-            cells: (0..workers.max(1)).map(|_| Cell::new()).collect(),
+            cells: (0..workers.max(1).next_power_of_two())
+                .map(|_| Cell::new())
+                .collect(),
         }
     }
 
     /// A run started `nanos` after its planned time, on the calling worker.
     pub(crate) fn record(&self, nanos: u64) {
-        let index = crate::timer::home::index() % self.cells.len();
+        let index = crate::timer::home::index() & (self.cells.len() - 1);
         self.cells[index].record(nanos);
     }
 
