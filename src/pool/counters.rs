@@ -134,17 +134,20 @@ impl Counters {
         }
     }
 
+    #[inline]
     fn mine(&self) -> &Cell {
         &self.cells[crate::timer::home::index() & (self.cells.len() - 1)]
     }
 
     /// A task was admitted.
+    #[inline]
     pub(crate) fn admitted(&self) {
         // SeqCst: ordered before the admitting thread's lifecycle load (ground rules).
         self.mine().outstanding.fetch_add(1, Ordering::SeqCst);
     }
 
     /// An admitted task reached a terminal state (or backed out).
+    #[inline]
     pub(crate) fn ended(&self) {
         // SeqCst: pairs with the sums in `outstanding` (ground rules).
         self.mine().outstanding.fetch_sub(1, Ordering::SeqCst);
@@ -159,19 +162,23 @@ impl Counters {
     }
 
     /// A run starts on the calling worker.
+    #[inline]
     pub(crate) fn run_started(&self) {
         self.mine().running.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A run on the calling worker is over.
+    #[inline]
     pub(crate) fn run_over(&self) {
         self.mine().running.fetch_sub(1, Ordering::Relaxed);
     }
 
+    #[inline]
     pub(crate) fn completed(&self) {
         self.mine().completed.fetch_add(1, Ordering::Relaxed);
     }
 
+    #[inline]
     pub(crate) fn cancelled(&self) {
         self.mine().cancelled.fetch_add(1, Ordering::Relaxed);
     }

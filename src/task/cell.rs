@@ -319,6 +319,7 @@ impl<J: Job, N: NameSlot> TaskResult<J::Output> for TaskCell<J, N> {
 
 /// Wakes whoever waits on a task. An executor's wake is not ours to trust: a panic in it must
 /// not unwind a worker or the timer thread half way through their bookkeeping.
+#[inline]
 fn wake(waker: Option<Waker>) {
     if let Some(w) = waker {
         // The payload too is the executor's: its `Drop` may panic (`drop_payload`).

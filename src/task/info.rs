@@ -206,6 +206,7 @@ const ID_BLOCK: u64 = 1024;
 static NEXT_BLOCK: AtomicU64 = AtomicU64::new(1);
 
 /// A new task id (ids start at 1 and wrap after 2^40: see [`PackedId`]).
+#[inline]
 fn next_id() -> u64 {
     IDS.with(|ids| {
         let (mut next, mut end) = ids.get();
@@ -238,6 +239,7 @@ impl PackedId {
         PackedId(id)
     }
 
+    #[inline]
     pub(crate) fn get(self) -> u64 {
         let mut bytes = [0; 8];
         bytes[..ID_BYTES].copy_from_slice(&self.0);

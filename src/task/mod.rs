@@ -173,31 +173,37 @@ impl Header {
     }
 
     /// The task's id (see [`TaskInfo::id`]).
+    #[inline]
     pub(crate) fn id(&self) -> u64 {
         self.id.get()
     }
 
     /// How its runs are planned.
+    #[inline]
     pub(crate) fn kind(&self) -> TaskKind {
         self.kind
     }
 
     /// Planned start of the next run (nanoseconds since the pool's origin).
+    #[inline]
     pub(crate) fn deadline(&self) -> u64 {
         // Relaxed: the value travels with the task through queues that synchronise it.
         self.deadline.load(Ordering::Relaxed)
     }
 
+    #[inline]
     pub(crate) fn set_deadline(&self, nanos: u64) {
         self.deadline.store(nanos, Ordering::Relaxed);
     }
 
     /// True for periodic tasks: fixed rate, fixed delay, dynamic delay or rate.
+    #[inline]
     pub(crate) fn is_periodic(&self) -> bool {
         self.kind.is_periodic()
     }
 
     /// The timer shard whose wheel takes this task.
+    #[inline]
     pub(crate) fn shard(&self) -> u16 {
         u16::from(self.shard & !UNPLANNED)
     }
@@ -210,6 +216,7 @@ impl Header {
     /// A run starting now (`now()`, nanoseconds since the origin, read only for a task with a
     /// planned time: W4's `execute` tasks pay no clock read): when, and how late against its
     /// planned start; `None` for a task with no planned time.
+    #[inline]
     pub(crate) fn start(&self, now: impl FnOnce() -> u64) -> Option<Start> {
         (self.shard & UNPLANNED == 0).then(|| {
             let at = now();
@@ -220,10 +227,12 @@ impl Header {
         })
     }
 
+    #[inline]
     pub(crate) fn wheel_key(&self) -> u64 {
         self.wheel_key.load(Ordering::Relaxed)
     }
 
+    #[inline]
     pub(crate) fn set_wheel_key(&self, key: u64) {
         self.wheel_key.store(key, Ordering::Relaxed);
     }

@@ -134,17 +134,20 @@ impl State {
         State(AtomicU8::new(SCHEDULED.0))
     }
 
+    #[inline]
     pub(crate) fn load(&self) -> Snapshot {
         // Acquire: pairs with the AcqRel transitions below.
         Snapshot::of(Byte(self.0.load(Ordering::Acquire)))
     }
 
     /// True while the task waits to run.
+    #[inline]
     pub(crate) fn is_scheduled(&self) -> bool {
         self.load() == Snapshot::Scheduled
     }
 
     /// Moves `from -> to`; true if this call made the change.
+    #[inline]
     fn transition(&self, from: Byte, to: Byte) -> bool {
         // AcqRel: the winner takes over the body the previous owner released.
         self.0
@@ -153,33 +156,39 @@ impl State {
     }
 
     /// A worker takes a waiting task to run it.
+    #[inline]
     pub(crate) fn start(&self) -> bool {
         self.transition(SCHEDULED, RUNNING)
     }
 
     /// A periodic task's worker puts it back to wait for its next run (fails if a cancel
     /// marked the run `RunningCancelled`).
+    #[inline]
     pub(crate) fn rearm(&self) -> bool {
         self.transition(RUNNING, SCHEDULED)
     }
 
     /// A waiting task is stopped before it runs (cancel, `shutdown_now`, or a shutdown): it
     /// ends as `to`.
+    #[inline]
     pub(crate) fn end_waiting(&self, to: End) -> bool {
         self.transition(SCHEDULED, to.byte())
     }
 
     /// A cancel marks a running task: that run finishes, nothing runs after it.
+    #[inline]
     pub(crate) fn cancel_running(&self) -> bool {
         self.transition(RUNNING, RUNNING_CANCELLED)
     }
 
     /// The worker ends the task after its last run, unless a cancel marked it meanwhile.
+    #[inline]
     pub(crate) fn end_run(&self, to: End) -> bool {
         self.transition(RUNNING, to.byte())
     }
 
     /// Stores a terminal state after a cancelled run; only the worker that ran it calls this.
+    #[inline]
     pub(crate) fn finish_cancelled_run(&self) {
         debug_assert_eq!(self.load(), Snapshot::RunningCancelled);
         // Release: pairs with the Acquire in `load`, publishing the result stored before it.
