@@ -153,7 +153,7 @@ use shard::{give_back_if_empty, insert_unless_cancelled, unlink, Gate};
 use crate::error::ResetError;
 use crate::sync::{fence, AtomicBool, AtomicU64, CachePadded, Mutex, MutexGuard, Ordering, Parker};
 use crate::task::state::{End, Snapshot};
-use crate::task::TaskRef;
+use crate::task::{Header, TaskRef};
 use crate::wheel::Wheel;
 use std::time::Duration;
 
@@ -366,8 +366,10 @@ impl Timer {
         ((home::index().wrapping_add(home::next_spread())) & (self.shards.len() - 1)) as u16
     }
 
-    fn cell_of(&self, task: &TaskRef) -> &ShardCell {
-        &self.shards[usize::from(task.header().shard())]
+    /// The shard that keeps the task whose `header` this is.
+    #[inline]
+    fn cell_of(&self, header: &Header) -> &ShardCell {
+        &self.shards[usize::from(header.shard())]
     }
 
     /// Puts a `SCHEDULED` task in its shard's wheel for the deadline in its header; `Ok(false)`.
@@ -387,7 +389,7 @@ impl Timer {
         let header = task.header();
         let deadline = header.deadline();
         let tick = self.time.tick_ceil(deadline);
-        let cell = &self.shards[usize::from(header.shard())];
+        let cell = self.cell_of(header);
         let mut shard = cell.lock();
         if rearm && cell.hint().is_none_or(|hint| tick < hint) && deadline <= self.time.now_nanos()
         {
@@ -419,7 +421,7 @@ impl Timer {
     /// the cancelling thread.
     pub(crate) fn cancelled(&self, task: &TaskRef) {
         let header = task.header();
-        let mut shard = self.shards[usize::from(header.shard())].lock();
+        let mut shard = self.cell_of(header).lock();
         let removed = unlink(&mut shard.wheel, header);
         give_back_if_empty(&mut shard.wheel);
         drop(shard);
@@ -441,7 +443,7 @@ impl Timer {
         rebase: impl FnOnce(),
     ) -> Result<(), ResetError> {
         let tick = self.time.tick_ceil(deadline);
-        let cell = self.cell_of(task);
+        let cell = self.cell_of(task.header());
         let mut shard = cell.lock();
         let state = task.header().state.load();
         if state != Snapshot::Scheduled {
