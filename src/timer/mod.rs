@@ -443,9 +443,10 @@ impl Timer {
         rebase: impl FnOnce(),
     ) -> Result<(), ResetError> {
         let tick = self.time.tick_ceil(deadline);
-        let cell = self.cell_of(task.header());
+        let header = task.header();
+        let cell = self.cell_of(header);
         let mut shard = cell.lock();
-        let state = task.header().state.load();
+        let state = header.state.load();
         if state != Snapshot::Scheduled {
             return Err(not_waiting(state));
         }
@@ -454,15 +455,15 @@ impl Timer {
             // (again), so there is nothing to move, and the sweep must find it where it is.
             return Err(ResetError::Cancelled);
         }
-        let Some(entry) = unlink(&mut shard.wheel, task.header()) else {
+        let Some(entry) = unlink(&mut shard.wheel, header) else {
             // Due and handed to a worker (firing), or a periodic task between its run and its
             // re-arm's insert.
             return Err(ResetError::Running);
         };
-        task.header().set_deadline(deadline);
+        header.set_deadline(deadline);
         rebase();
         let key = shard.wheel.insert(tick, entry);
-        task.header().set_wheel_key(key.to_u64());
+        header.set_wheel_key(key.to_u64());
         self.inserted(cell, shard, tick);
         Ok(())
     }
