@@ -26,6 +26,7 @@ impl AtomicLifecycle {
     }
 
     /// Where the pool is now.
+    #[inline]
     pub(crate) fn load(&self) -> Lifecycle {
         // SeqCst: one total order with the stores below and the `outstanding` updates (ground
         // rules in `core.rs`).
@@ -37,6 +38,7 @@ impl AtomicLifecycle {
     }
 
     /// True while the pool takes tasks.
+    #[inline]
     pub(crate) fn is_running(&self) -> bool {
         self.load() == Lifecycle::Running
     }
