@@ -344,12 +344,13 @@ impl ModelPool {
     }
 
     /// One step of a worker without its loop: take a task from the injector and run it with the
-    /// pool's bookkeeping (`run::run_task`, holding no `taking` flag). False if the injector
-    /// was empty.
+    /// pool's bookkeeping (`run::run_task`, holding no `taking` flag), counted as worker 0's.
+    /// False if the injector was empty. Models call it from one thread at a time and never
+    /// beside a worker 0 thread: a worker's run counts have one writer (`counters.rs`).
     pub(super) fn run_one(&self) -> bool {
         match self.core.queues.steal_injected() {
             Some(task) => {
-                model::run_task(&self.core, &task, None);
+                model::run_task(&self.core, 0, &task, None);
                 crate::panic::drop_user(task);
                 true
             }

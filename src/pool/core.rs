@@ -133,7 +133,7 @@ impl Core {
         let (queues, deques) = ReadyQueues::new(id, config.workers);
         let core = Arc::new(Core {
             id,
-            counters: Counters::new(timer.shard_count()),
+            counters: Counters::new(timer.shard_count(), config.workers),
             lateness: Lateness::new(config.workers),
             refs: OnceLock::new(),
             timer,

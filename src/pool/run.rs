@@ -4,6 +4,7 @@
 //! `taking` flag to lower once the task's fate is decided (ground rules in `queues.rs`).
 
 use super::core::{Arrival, Core};
+use super::counters::RunCounts;
 use super::lifecycle::Lifecycle;
 use super::queues::Taking;
 use crate::panic::panic_message;
@@ -11,11 +12,16 @@ use crate::task::state::End;
 use crate::task::{Header, RunEnv, RunOutcome, Start, TaskInfo, TaskRef};
 use std::any::Any;
 
-/// Runs one task on the calling thread and does the bookkeeping for what became of it.
-/// `taking`: the worker's raised `taking` flag, lowered as soon as the task's fate is
-/// decided (`None`: a loom model's bare step, which holds no flag).
-pub(crate) fn run_task(core: &Core, task: &TaskRef, taking: Option<&Taking<'_>>) {
-    let run = Run { core, taking };
+/// Runs one task on the calling thread, worker `worker`, and does the bookkeeping for what
+/// became of it. `taking`: the worker's raised `taking` flag, lowered as soon as the task's fate
+/// is decided (`None`: a loom model's bare step, which holds no flag).
+pub(crate) fn run_task(core: &Core, worker: usize, task: &TaskRef, taking: Option<&Taking<'_>>) {
+    let counts = core.counters.worker(worker);
+    let run = Run {
+        core,
+        counts,
+        taking,
+    };
     if task.header().is_periodic()
         && core.periodic_stops_at_shutdown()
         && core.lifecycle() == Lifecycle::Shutdown
@@ -32,18 +38,18 @@ pub(crate) fn run_task(core: &Core, task: &TaskRef, taking: Option<&Taking<'_>>)
             return;
         }
     }
-    core.counters.run_started();
+    counts.run_started();
     match task.run(&run) {
         RunOutcome::NotStarted => {
-            core.counters.run_over();
+            counts.run_over();
         }
         // `run_ending` has done the bookkeeping, before the future completed.
         RunOutcome::Finished(_) => {}
         RunOutcome::Rearm { ran_ok, now } => {
             if ran_ok {
-                core.counters.completed();
+                counts.completed();
             }
-            core.counters.run_over();
+            counts.run_over();
             // `now` was read before the re-arm, perhaps as the run started
             // (`Job::plans_from_end`): an older reading never runs a task early, and a deadline
             // the run overran is found by `Timer::insert`, which hands it straight back.
@@ -61,10 +67,11 @@ fn left_pool(core: &Core) {
     }
 }
 
-/// A task's run as the pool sees it: the core's bookkeeping, plus the worker's `taking` flag
-/// to lower once the task's fate is decided.
+/// A task's run as the pool sees it: the core's bookkeeping, the running worker's own counts,
+/// and its `taking` flag to lower once the task's fate is decided.
 struct Run<'a> {
     core: &'a Core,
+    counts: &'a RunCounts,
     taking: Option<&'a Taking<'a>>,
 }
 
@@ -85,15 +92,15 @@ impl RunEnv for Run<'_> {
     fn run_ending(&self, end: End, ran_ok: bool) {
         let core = self.core;
         if ran_ok {
-            core.counters.completed();
+            self.counts.completed();
         }
         core.count_end(end);
-        core.counters.run_over();
+        self.counts.run_over();
         core.task_ended();
     }
 
     fn report_panic(&self, task: TaskInfo, payload: Box<dyn Any + Send>) -> String {
-        self.core.counters.panicked();
+        self.counts.panicked();
         let message = panic_message(&*payload);
         crate::trace::panicked(task.id(), task.name(), task.kind().label(), &message);
         // The handler reads the task with `TaskInfo::panicking` (its signature stays one

@@ -36,7 +36,7 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
         match queues.take(index, &mut turns, core.lifecycle_cell()) {
             Found::Task(task, taking) => {
                 turns.ran();
-                run_taken(&core, task, taking);
+                run_taken(&core, index, task, taking);
                 continue;
             }
             Found::ShutdownNow => break,
@@ -55,7 +55,7 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
                     sleep.notify(1); // pushes may have skipped waking anyone while we searched
                 }
                 turns.ran();
-                run_taken(&core, task, taking);
+                run_taken(&core, index, task, taking);
                 continue;
             }
             Found::ShutdownNow => break,
@@ -122,11 +122,11 @@ fn poll_due(core: &Core, index: usize) -> bool {
     all
 }
 
-/// Runs a task this worker took, then lets go of the worker's reference. If that was the last
-/// one, the task's unread result or closure is dropped here, where a panicking `Drop` cannot
-/// unwind the worker.
-fn run_taken(core: &Core, task: TaskRef, taking: Taking<'_>) {
-    run::run_task(core, &task, Some(&taking));
+/// Runs a task worker `index` took, then lets go of the worker's reference. If that was the
+/// last one, the task's unread result or closure is dropped here, where a panicking `Drop`
+/// cannot unwind the worker.
+fn run_taken(core: &Core, index: usize, task: TaskRef, taking: Taking<'_>) {
+    run::run_task(core, index, &task, Some(&taking));
     taking.lower(); // the task did not start (cancelled, stopped): lower the flag now
     crate::panic::drop_user(task);
 }
