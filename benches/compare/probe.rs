@@ -6,8 +6,9 @@
 //!   slack included. Freed memory that the allocator keeps for reuse still counts.
 //! - CPU time is the sum over the live threads of the first field of `/proc/self/task/*/schedstat`
 //!   (nanoseconds on a CPU, user + system). Threads that exited are not counted, so a workload that
-//!   measures CPU keeps all its threads alive. Where `schedstat` is missing or reads zero we fall
-//!   back to `utime + stime` of `/proc/self/stat` (clock ticks, 10 ms resolution).
+//!   measures CPU keeps all its threads alive, or has each one that exits add its own
+//!   ([`thread_cpu_ns`]) first. Where `schedstat` is missing or reads zero we fall back to
+//!   `utime + stime` of `/proc/self/stat` (clock ticks, 10 ms resolution).
 //! - Machine noise: [`host_busy_ms`] (every process, from `/proc/stat`) over a child's run minus
 //!   the child's own [`stat_cpu_ms`] is the CPU that other processes took meanwhile.
 //! - Wake-ups are `voluntary_ctxt_switches + nonvoluntary_ctxt_switches` summed over
@@ -60,6 +61,15 @@ pub(crate) fn cpu_ns() -> u64 {
         return from_schedstat;
     }
     stat_cpu_ms() * 1_000_000
+}
+
+/// CPU time (user + system) of the calling thread so far, in nanoseconds (0 where `schedstat` is
+/// missing). A thread that exits before a reading of [`cpu_ns`] reports its own with this.
+pub(crate) fn thread_cpu_ns() -> u64 {
+    fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
 
 /// CPU time (user + system) of the whole process so far, threads that exited included, in
