@@ -358,3 +358,83 @@ fn many_timers_with_one_deadline_fire_exactly_once_system_clock() {
         started.elapsed()
     );
 }
+
+// ---- run counts under many producers ------------------------------------------------------
+
+/// Four producers execute and schedule one-shots, one in seven of which panics, while a reader
+/// takes `stats()` snapshots: each worker counts its runs in a cell of its own, so every
+/// snapshot shows at most one run in progress per worker and counts that never go down, and
+/// after a graceful shutdown the counts equal what the closures saw, exactly.
+#[test]
+fn runs_that_panic_or_return_from_many_producers_are_counted_exactly() {
+    const WORKERS: usize = 2;
+    let per_producer: usize = if full() { 200_000 } else { 20_000 };
+    let pool = Arc::new(
+        ScheduledThreadPool::builder()
+            .threads(WORKERS)
+            .panic_handler(|_| {}) // expected panics: keep the test's output quiet
+            .build()
+            .unwrap(),
+    );
+    let returned = Arc::new(AtomicUsize::new(0));
+    let panicked = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (pool, done) = (pool.clone(), done.clone());
+        thread::spawn(move || {
+            let (mut completed, mut panics, mut snapshots) = (0, 0, 0u64);
+            while !done.load(Ordering::SeqCst) {
+                let s = pool.stats();
+                assert!(s.running <= WORKERS, "more runs than workers: {s:?}");
+                assert!(s.completed >= completed && s.panicked >= panics, "{s:?}");
+                (completed, panics) = (s.completed, s.panicked);
+                snapshots += 1;
+            }
+            snapshots
+        })
+    };
+    let producers: Vec<_> = (0..4u64)
+        .map(|id| {
+            let (pool, returned, panicked) = (pool.clone(), returned.clone(), panicked.clone());
+            thread::spawn(move || {
+                let mut rng = rand::rngs::StdRng::seed_from_u64(0xC0_07 ^ id);
+                for i in 0..per_producer {
+                    let (returned, panicked) = (returned.clone(), panicked.clone());
+                    let body = move || {
+                        if i % 7 == 0 {
+                            panicked.fetch_add(1, Ordering::SeqCst);
+                            panic!("expected");
+                        }
+                        returned.fetch_add(1, Ordering::SeqCst);
+                    };
+                    if rng.gen_bool(0.5) {
+                        pool.execute(body).unwrap();
+                    } else {
+                        let delay = Duration::from_micros(rng.gen_range(0..=2_000));
+                        pool.schedule(body, delay).unwrap().detach();
+                    }
+                }
+            })
+        })
+        .collect();
+    for p in producers {
+        p.join().unwrap();
+    }
+    pool.shutdown(); // waiting one-shots still run
+    assert!(pool.await_termination(LONG), "the pool terminates");
+    done.store(true, Ordering::SeqCst);
+    let snapshots = reader.join().unwrap();
+
+    let s = pool.stats();
+    let (returned, panicked) = (
+        returned.load(Ordering::SeqCst),
+        panicked.load(Ordering::SeqCst),
+    );
+    assert_eq!(returned + panicked, 4 * per_producer, "every task ran once");
+    assert_eq!(
+        (s.completed, s.panicked, s.cancelled, s.running, s.pending),
+        (returned as u64, panicked as u64, 0, 0, 0),
+        "{s:?}"
+    );
+    assert!(snapshots > 0);
+}
