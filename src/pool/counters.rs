@@ -225,13 +225,7 @@ impl Counters {
 
     /// Runs in progress (a snapshot).
     pub(crate) fn running(&self) -> usize {
-        self.sum_workers(|w| w.running.load(Ordering::Relaxed) as u64) as usize
-    }
-
-    fn sum_workers(&self, read: impl Fn(&RunCounts) -> u64) -> u64 {
-        self.workers
-            .iter()
-            .fold(0u64, |sum, w| sum.wrapping_add(read(w)))
+        sum(&self.workers, |w| w.running.load(Ordering::Relaxed) as u64) as usize
     }
 
     /// The counts of a `stats()` snapshot (each sum read on its own).
@@ -240,12 +234,15 @@ impl Counters {
         PoolStats {
             pending: self.outstanding().saturating_sub(running),
             running,
-            completed: self.sum_workers(|w| w.completed.load(Ordering::Relaxed)),
-            cancelled: (self.cells.iter()).fold(0u64, |sum, c| {
-                sum.wrapping_add(c.cancelled.load(Ordering::Relaxed))
-            }),
-            panicked: self.sum_workers(|w| w.panicked.load(Ordering::Relaxed)),
+            completed: sum(&self.workers, |w| w.completed.load(Ordering::Relaxed)),
+            cancelled: sum(&self.cells, |c| c.cancelled.load(Ordering::Relaxed)),
+            panicked: sum(&self.workers, |w| w.panicked.load(Ordering::Relaxed)),
             ..PoolStats::default() // the lateness and queue depths: filled in by `Core::stats`
         }
     }
+}
+
+/// The wrapping sum of one figure over a set of cells (home cells or workers' cells).
+fn sum<C>(cells: &[CachePadded<C>], read: impl Fn(&C) -> u64) -> u64 {
+    cells.iter().fold(0u64, |sum, c| sum.wrapping_add(read(c)))
 }
