@@ -305,7 +305,8 @@ impl ModelPool {
     /// `Core::schedule` of a prepared task (admit, then insert or push and recheck), as every
     /// schedule call ends.
     pub(super) fn schedule_prepared(&self, task: &TaskRef) -> Result<(), ScheduleError> {
-        self.core.schedule(task, self.core.timer.time.now_nanos())
+        self.core
+            .schedule(task.clone(), self.core.timer.time.now_nanos())
     }
 
     /// `Core::schedule` of a prepared task as if its deadline were later than now: admit, then
@@ -314,7 +315,7 @@ impl ModelPool {
     /// pass finds it due.
     pub(super) fn insert(&self, task: &TaskRef) -> Result<(), ScheduleError> {
         self.core.admit()?;
-        self.core.insert(task, model::Arrival::New)
+        self.core.insert(task.clone(), model::Arrival::New)
     }
 
     /// [`run_driver`](Self::run_driver) on a loom thread of its own.

@@ -193,7 +193,7 @@ fn reset_racing_poll() {
             let deadline = RESET_TO * TICK.as_nanos() as u64;
             pool.core
                 .timer
-                .reset(&task, deadline, move || rebased.add())
+                .reset(&*task, deadline, move || rebased.add())
         };
         if let Err(why) = reset {
             // Not yet run (the run below is the first): the poll handed it out, it is firing.
@@ -252,7 +252,7 @@ fn reset_racing_poll_and_cancel() {
             let (pool, rebased, seen) = (pool.clone(), rebased.clone(), cancel_returned.clone());
             thread::spawn(move || {
                 let deadline = RESET_TO * TICK.as_nanos() as u64;
-                pool.core.timer.reset(&task, deadline, move || {
+                pool.core.timer.reset(&*task, deadline, move || {
                     assert!(!seen.load(Ordering::SeqCst), "reset moved a cancelled task");
                     rebased.add();
                 })

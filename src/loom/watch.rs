@@ -129,7 +129,7 @@ fn a_watcher_past_the_drivers_tick_watches_the_earliest_hint_or_is_nudged() {
                 })
             };
             // The driver, up for tick 5: passes until one ends in an announcement.
-            let mut pass = |driver: &mut Driver| loop {
+            let pass = |driver: &mut Driver| loop {
                 driver.mark_awake();
                 driver.poll_step();
                 if let Ok(next) = driver.announce_and_check() {

@@ -47,7 +47,7 @@ impl CancelHandle {
     /// assert!(f.cancel_handle().cancel());
     /// ```
     pub fn cancel(&self) -> bool {
-        cancel(&self.task, &self.core)
+        cancel(&*self.task, &self.core)
     }
 
     /// Moves the task's next run to `delay` from now; same rules and return value as
@@ -97,7 +97,7 @@ impl CancelHandle {
     /// assert_eq!(h.try_reset(Duration::from_secs(1)), Err(ResetError::Cancelled));
     /// ```
     pub fn try_reset(&self, delay: Duration) -> Result<(), ResetError> {
-        reset_after(&self.task, &self.core, delay)
+        reset_after(&*self.task, &self.core, delay)
     }
 
     /// Like [`reset_at`](Self::reset_at), saying why not; same rules as
@@ -120,7 +120,7 @@ impl CancelHandle {
     /// assert_eq!(h.try_reset_at(Instant::now()), Err(ResetError::Done));
     /// ```
     pub fn try_reset_at(&self, at: Instant) -> Result<(), ResetError> {
-        reset_at(&self.task, &self.core, at)
+        reset_at(&*self.task, &self.core, at)
     }
 
     /// Moves the task's next run to the instant `at`; same rules and return value as
@@ -171,7 +171,7 @@ impl fmt::Debug for CancelHandle {
     }
 }
 
-pub(super) fn cancel(task: &TaskRef, core: &Core) -> bool {
+pub(super) fn cancel(task: &dyn RawTask, core: &Core) -> bool {
     use crate::task::Cancelled;
     let outcome = task.cancel();
     core.on_cancel(task, outcome);
@@ -184,12 +184,16 @@ pub(super) fn cancel(task: &TaskRef, core: &Core) -> bool {
     }
 }
 
-pub(super) fn reset_after(task: &TaskRef, core: &Core, delay: Duration) -> Result<(), ResetError> {
+pub(super) fn reset_after(
+    task: &dyn RawTask,
+    core: &Core,
+    delay: Duration,
+) -> Result<(), ResetError> {
     let time = &core.timer.time;
     let deadline = time.now_nanos().saturating_add(duration_nanos(delay));
     core.reset(task, deadline)
 }
 
-pub(super) fn reset_at(task: &TaskRef, core: &Core, at: Instant) -> Result<(), ResetError> {
+pub(super) fn reset_at(task: &dyn RawTask, core: &Core, at: Instant) -> Result<(), ResetError> {
     core.reset(task, core.timer.time.nanos_of(at))
 }

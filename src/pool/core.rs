@@ -38,9 +38,8 @@ use super::shutdown::Termination;
 use crate::error::{ResetError, ScheduleError};
 use crate::panic::PanicReporter;
 use crate::sync::{fence, Arc, CachePadded, OnceLock, Ordering, Weak, Worker};
-use crate::task::state::End;
-use crate::task::{Cancelled, MissedTicks, PendingTask, Stop, Stopped, TaskRef};
-use crate::timer::{ClockListener, Host, Keep, PoolId, TimeBase, Timer};
+use crate::task::{Cancelled, MissedTicks, PendingTask, RawTask, Stop, Stopped, TaskRef};
+use crate::timer::{ClockListener, Host, Keep, NotInserted, PoolId, TimeBase, Timer};
 
 /// Where a task that goes into a wheel or a ready queue comes from; it decides how a refusal
 /// by a shutdown is counted (`PoolStats` stays exact: a refused schedule is not a cancel).
@@ -199,10 +198,10 @@ impl Core {
     // ---- schedule ---------------------------------------------------------------------------
 
     /// Admits a new task (deadline in its header) and inserts it into a wheel or pushes it to a
-    /// ready queue. On error nothing is queued and the task (with its closure) is dropped by
-    /// the caller. `now` is the clock reading the task's deadline was computed from.
+    /// ready queue. On error nothing is queued and the caller's other reference (its future)
+    /// is the last. `now` is the clock reading the task's deadline was computed from.
     #[inline]
-    pub(crate) fn schedule(&self, task: &TaskRef, now: u64) -> Result<(), ScheduleError> {
+    pub(crate) fn schedule(&self, task: TaskRef, now: u64) -> Result<(), ScheduleError> {
         self.admit()?;
         self.schedule_admitted(task, now, Arrival::New)
     }
@@ -213,7 +212,7 @@ impl Core {
         // SeqCst increment before the SeqCst lifecycle read: see the ground rules.
         self.counters.admitted();
         if !self.lifecycle.is_running() {
-            self.task_ended();
+            self.task_ended(false);
             return Err(ScheduleError::Shutdown);
         }
         if let Some(max) = self.max_pending {
@@ -222,7 +221,7 @@ impl Core {
             let before = self.counters.outstanding().wrapping_sub(1);
             let pending = before.saturating_sub(self.counters.running());
             if pending >= max {
-                self.task_ended();
+                self.task_ended(false);
                 return Err(ScheduleError::Saturated { max_pending: max });
             }
         }
@@ -235,7 +234,7 @@ impl Core {
     /// [`Arrival`]).
     pub(super) fn schedule_admitted(
         &self,
-        task: &TaskRef,
+        task: TaskRef,
         now: u64,
         arrival: Arrival,
     ) -> Result<(), ScheduleError> {
@@ -247,9 +246,9 @@ impl Core {
     }
 
     /// A due task onto a ready queue, then the re-check against a racing `shutdown_now`.
-    fn push_and_recheck(&self, task: &TaskRef, arrival: Arrival) -> Result<(), ScheduleError> {
+    fn push_and_recheck(&self, task: TaskRef, arrival: Arrival) -> Result<(), ScheduleError> {
         self.push(task.clone(), arrival);
-        self.recheck_shutdown_now(task, arrival)
+        self.recheck_shutdown_now(&task, arrival)
     }
 
     /// Into its shard's wheel, unless the shard is closed to it by a shutdown; then the task is
@@ -257,12 +256,12 @@ impl Core {
     /// shard's gate and lock order the insert against the timer thread's stop (ground rules).
     /// A re-arm's `now` may be the reading from before its run: one whose deadline the run
     /// overran goes to the workers now, not through the wheel (see `Timer::insert`).
-    pub(crate) fn insert(&self, task: &TaskRef, arrival: Arrival) -> Result<(), ScheduleError> {
+    pub(crate) fn insert(&self, task: TaskRef, arrival: Arrival) -> Result<(), ScheduleError> {
         match self.timer.insert(task, arrival == Arrival::Rearm) {
-            Ok(false) => Ok(()),
-            Ok(true) => self.push_and_recheck(task, arrival),
-            Err(_) => {
-                self.stop_refused(task, arrival);
+            Ok(()) => Ok(()),
+            Err(NotInserted::Due(task)) => self.push_and_recheck(task, arrival),
+            Err(NotInserted::Refused(task)) => {
+                self.stop_refused(&task, arrival);
                 Err(ScheduleError::Shutdown)
             }
         }
@@ -314,17 +313,16 @@ impl Core {
         self.timer.settle.is_none() && self.lifecycle() == Lifecycle::Running
     }
 
-    /// Counts a task that ended cancelled or stopped by a shutdown (its future says Cancelled
-    /// or Shutdown). Runs are counted apart: `completed` per normal return, `panicked` per panic.
-    pub(super) fn count_end(&self, end: End) {
-        if matches!(end, End::Cancelled | End::Shutdown) {
-            self.counters.cancelled();
+    /// One admitted task reached a terminal state. `cancelled`: it ended cancelled or stopped
+    /// by a shutdown (its future says Cancelled or Shutdown), and counts in
+    /// `PoolStats::cancelled`. Runs are counted apart: `completed` per normal return,
+    /// `panicked` per panic.
+    pub(crate) fn task_ended(&self, cancelled: bool) {
+        if cancelled {
+            self.counters.ended_cancelled();
+        } else {
+            self.counters.ended();
         }
-    }
-
-    /// One admitted task reached a terminal state.
-    pub(crate) fn task_ended(&self) {
-        self.counters.ended();
         // SeqCst (in `is_running`): pairs with the lifecycle store in `shutdown` (ground rules).
         if !self.lifecycle.is_running() {
             // SeqCst fence: pairs with the one of any other task ending now, so the later of
@@ -339,10 +337,9 @@ impl Core {
     // ---- cancel, reset and stop -------------------------------------------------------------
 
     /// The user cancelled `task` through its future or a `CancelHandle`.
-    pub(crate) fn on_cancel(&self, task: &TaskRef, outcome: Cancelled) {
+    pub(crate) fn on_cancel(&self, task: &dyn RawTask, outcome: Cancelled) {
         if outcome == Cancelled::Waiting {
-            self.counters.cancelled();
-            self.task_ended();
+            self.task_ended(true);
             self.timer.cancelled(task);
         }
     }
@@ -350,7 +347,7 @@ impl Core {
     /// Moves a waiting task to `deadline` (nanoseconds since the origin), or says why not. One
     /// in the past means now, and a periodic plan re-bases there (not in the past, where a
     /// fixed-rate grid would replay missed slots).
-    pub(crate) fn reset(&self, task: &TaskRef, deadline: u64) -> Result<(), ResetError> {
+    pub(crate) fn reset(&self, task: &dyn RawTask, deadline: u64) -> Result<(), ResetError> {
         let deadline = deadline.max(self.timer.time.now_nanos());
         self.timer.reset(task, deadline, || task.rebase(deadline))
     }
@@ -384,10 +381,8 @@ impl Core {
     fn stop(&self, task: &TaskRef, why: Stop, counted: Counted) -> Stopped {
         let stopped = task.stop(why);
         if !matches!(stopped, Stopped::NotWaiting) {
-            if counted == Counted::Cancelled {
-                self.count_end(End::Cancelled); // it never ran (again): counted with the cancelled
-            }
-            self.task_ended();
+            // It never ran (again): counted with the cancelled, unless it never was a task.
+            self.task_ended(counted == Counted::Cancelled);
         }
         stopped
     }

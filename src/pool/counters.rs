@@ -8,12 +8,14 @@
 //!   producers on different threads never write one line. Readers sum every cell.
 //! - `outstanding` is admitted-minus-ended. A task may be counted in on one cell and out on
 //!   another, so one cell can go "below zero": cells wrap, and only their wrapping sum means
-//!   anything. The sum is exact when nothing moves, and never counts a task admitted before a
+//!   anything. A task that ends cancelled (or stopped by a shutdown) is counted out by its
+//!   `cancelled` increment alone: the sum subtracts every cell's `cancelled` too, so a cancel
+//!   pays one locked instruction for both figures, not two. The sum is exact when nothing moves, and never counts a task admitted before a
 //!   reader's SeqCst load of the lifecycle as gone while it is not (its increment precedes that
 //!   load, every cell load follows it).
-//! - Every `outstanding` change and sum is SeqCst, and the decrement that may be the last after a
-//!   shutdown is followed by `fence(SeqCst)` before its sum: of two tasks ending at once on two
-//!   cells, the later one's sum sees both decrements (see `Core::task_ended`).
+//! - Every change and sum of `outstanding` and `cancelled` is SeqCst, and the count that may end
+//!   the last task after a shutdown is followed by `fence(SeqCst)` before its sum: of two tasks
+//!   ending at once on two cells, the later one's sum sees both ends (see `Core::task_ended`).
 //! - The other counters are statistics: Relaxed, read one by one.
 //! - What only a run counts (`running`, `completed`, `panicked`) lives in a cell per *worker*
 //!   ([`RunCounts`]), and only that worker writes it: with one writer, a Relaxed load and a
@@ -117,7 +119,9 @@ pub struct PoolStats {
 /// One home index's share of the counters (written by every thread of that home).
 #[derive(Debug, Default)]
 struct Cell {
+    /// Admitted, less ended other than cancelled (wrapping).
     outstanding: AtomicUsize,
+    /// Ended cancelled or stopped by a shutdown: also subtracted from `outstanding`'s sum.
     cancelled: AtomicU64,
 }
 
@@ -203,24 +207,30 @@ impl Counters {
         self.mine().outstanding.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// An admitted task reached a terminal state (or backed out).
+    /// An admitted task reached a terminal state (or backed out) other than cancelled.
     #[inline]
     pub(crate) fn ended(&self) {
         // SeqCst: pairs with the sums in `outstanding` (ground rules).
         self.mine().outstanding.fetch_sub(1, Ordering::SeqCst);
     }
 
+    /// An admitted task ended cancelled or stopped by a shutdown: counted as cancelled and, by
+    /// the same increment, as ended (ground rules).
+    #[inline]
+    pub(crate) fn ended_cancelled(&self) {
+        // SeqCst: an end, like `ended`.
+        self.mine().cancelled.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// Tasks admitted and not yet ended.
     pub(crate) fn outstanding(&self) -> usize {
         self.cells.iter().fold(0usize, |sum, c| {
-            // SeqCst: pairs with `admitted`/`ended` and the lifecycle store (ground rules).
+            // SeqCst: pairs with `admitted`/`ended`/`ended_cancelled` and the lifecycle store
+            // (ground rules). Truncating `cancelled` keeps the wrapping sum exact.
+            let ended_cancelled = c.cancelled.load(Ordering::SeqCst) as usize;
             sum.wrapping_add(c.outstanding.load(Ordering::SeqCst))
+                .wrapping_sub(ended_cancelled)
         })
-    }
-
-    #[inline]
-    pub(crate) fn cancelled(&self) {
-        self.mine().cancelled.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Runs in progress (a snapshot).

@@ -84,7 +84,7 @@ impl<T: Send + 'static> ScheduledFuture<T> {
     /// assert!(f.is_cancelled() && f.is_done());
     /// ```
     pub fn cancel(&self) -> bool {
-        cancel(&self.raw(), &self.core)
+        cancel(&*self.task, &self.core)
     }
 
     /// A cloneable, `Send + Sync` handle that cancels this task.
@@ -225,7 +225,7 @@ impl<T: Send + 'static> ScheduledFuture<T> {
     /// assert_eq!(dead.join(), Ok("peer is dead"));
     /// ```
     pub fn try_reset(&self, delay: Duration) -> Result<(), ResetError> {
-        reset_after(&self.raw(), &self.core, delay)
+        reset_after(&*self.task, &self.core, delay)
     }
 
     /// Like [`reset_at`](Self::reset_at), saying why the task was not moved (see
@@ -248,7 +248,7 @@ impl<T: Send + 'static> ScheduledFuture<T> {
     /// assert_eq!(f.try_reset_at(Instant::now()), Err(ResetError::Cancelled));
     /// ```
     pub fn try_reset_at(&self, at: Instant) -> Result<(), ResetError> {
-        reset_at(&self.raw(), &self.core, at)
+        reset_at(&*self.task, &self.core, at)
     }
 
     /// Like [`reset`](Self::reset), to the instant `at` on the pool's clock (with a

@@ -54,7 +54,7 @@ pub(crate) fn run_task(core: &Core, worker: usize, task: &TaskRef, taking: Optio
             // (`Job::plans_from_end`): an older reading never runs a task early, and a deadline
             // the run overran is found by `Timer::insert`, which hands it straight back.
             // Err: a shutdown stopped it after its run; `stop_for_shutdown` did the accounting.
-            let _ = core.schedule_admitted(task, now, Arrival::Rearm);
+            let _ = core.schedule_admitted(task.clone(), now, Arrival::Rearm);
         }
     }
     left_pool(core);
@@ -94,9 +94,8 @@ impl RunEnv for Run<'_> {
         if ran_ok {
             self.counts.completed();
         }
-        core.count_end(end);
         self.counts.run_over();
-        core.task_ended();
+        core.task_ended(matches!(end, End::Cancelled | End::Shutdown));
     }
 
     fn report_panic(&self, task: TaskInfo, payload: Box<dyn Any + Send>) -> String {

@@ -79,8 +79,9 @@ pub(crate) fn schedule_job<J: Job>(
         None => Arc::new(TaskCell::new(job, when.deadline, shard)),
         Some(name) => Arc::new(TaskCell::named(job, when.deadline, shard, name)),
     };
+    // The wheel (or a ready queue) keeps this reference, the future the other.
     let raw: TaskRef = cell.clone();
-    core.schedule(&raw, when.now)?;
+    core.schedule(raw, when.now)?;
     Ok(ScheduledFuture::new(cell, owner))
 }
 
@@ -94,7 +95,7 @@ where
         None => Arc::new(TaskCell::new(job, NOW.deadline, 0).unplanned()),
         Some(name) => Arc::new(TaskCell::named(job, NOW.deadline, 0, name).unplanned()),
     };
-    core.schedule(&raw, NOW.now)
+    core.schedule(raw, NOW.now)
 }
 
 /// Which kind of periodic task.

@@ -304,7 +304,7 @@ impl Driver {
         let keep = host.keep_at_shutdown();
         let now = timer.time.now_nanos();
         let swept = |t: &TaskRef| {
-            !keep.keeps(t) && (t.header().is_periodic() || t.header().deadline() > now)
+            !keep.keeps(&**t) && (t.header().is_periodic() || t.header().deadline() > now)
         };
         let mut sweep = self
             .sweep

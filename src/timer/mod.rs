@@ -147,13 +147,13 @@ pub use clock::ManualClock;
 pub(crate) use clock::{duration_nanos, mark_pool_thread, Clock, ClockListener, TimeBase};
 pub(crate) use home::PoolId;
 pub(crate) use settle::Settle;
-pub(crate) use shard::{clear_keys, Keep, Refused, Shard, ShardCell, CHUNK};
-use shard::{give_back_if_empty, insert_unless_cancelled, unlink, Gate};
+pub(crate) use shard::{clear_keys, Keep, NotInserted, Shard, ShardCell, CHUNK};
+use shard::{give_back_if_empty, unlink, Gate};
 
 use crate::error::ResetError;
 use crate::sync::{fence, AtomicBool, AtomicU64, CachePadded, Mutex, MutexGuard, Ordering, Parker};
 use crate::task::state::{End, Snapshot};
-use crate::task::{Header, TaskRef};
+use crate::task::{Header, RawTask, TaskRef};
 use crate::wheel::Wheel;
 use std::time::Duration;
 
@@ -372,19 +372,20 @@ impl Timer {
         &self.shards[usize::from(header.shard())]
     }
 
-    /// Puts a `SCHEDULED` task in its shard's wheel for the deadline in its header; `Ok(false)`.
-    /// `Err` if the shard's gate refuses it (the pool is shutting down): the caller stops the
-    /// task.
+    /// Puts a `SCHEDULED` task in its shard's wheel for the deadline in its header: the wheel
+    /// keeps the caller's reference (no count is bumped or dropped on the way). A task a cancel
+    /// won in transit is not inserted; the canceller has accounted for it. `Refused` if the
+    /// shard's gate refuses it (the pool is shutting down): the caller stops the task.
     ///
     /// `rearm`: a periodic task's re-arm, whose deadline may come from the reading taken as its
     /// run started (`Job::plans_from_end`), so a run that overran its next slot brings one
     /// already past; through the wheel it would wait for the timer thread's wake-up and a
     /// worker's (milliseconds on a busy machine) instead of running next, back to back. So when
     /// such a deadline would become the earliest of its shard, a fresh clock reading is taken,
-    /// and if it is due nothing is inserted and `Ok(true)` says so: the caller hands the task
+    /// and if it is due nothing is inserted and `Due` gives it back: the caller hands the task
     /// straight to the workers. A dense shard's re-arms almost never lower its hint (W5: a 10 ms
     /// re-arm is behind thousands of earlier deadlines), so they are not read again.
-    pub(crate) fn insert(&self, task: &TaskRef, rearm: bool) -> Result<bool, Refused> {
+    pub(crate) fn insert(&self, task: TaskRef, rearm: bool) -> Result<(), NotInserted> {
         // The header once: each `header()` is a virtual call.
         let header = task.header();
         let deadline = header.deadline();
@@ -393,14 +394,28 @@ impl Timer {
         let mut shard = cell.lock();
         if rearm && cell.hint().is_none_or(|hint| tick < hint) && deadline <= self.time.now_nanos()
         {
-            return Ok(true);
+            return Err(NotInserted::Due(task));
         }
-        if !shard.gate.admits(task) {
-            return Err(Refused);
+        if !shard.gate.admits(&*task) {
+            return Err(NotInserted::Refused(task));
         }
-        insert_unless_cancelled(&mut shard.wheel, tick, task, header);
+        if !header.state.is_scheduled() {
+            // Cancelled in transit: the canceller has accounted for it. Our reference is
+            // dropped after unlocking.
+            drop(shard);
+            return Ok(());
+        }
+        // The key goes into the header before the reference moves into the wheel; both under
+        // the shard's lock, where every reader of the key looks (ground rules).
+        let key = shard.wheel.vacant_key();
+        header.set_wheel_key(key.to_u64());
+        let inserted = shard.wheel.insert(tick, task);
+        debug_assert_eq!(
+            inserted, key,
+            "the wheel filled another node than it said it would"
+        );
         self.inserted(cell, shard, tick);
-        Ok(false)
+        Ok(())
     }
 
     /// The tail of every insert (a new one or a reset's move) at `tick`, still holding the
@@ -419,7 +434,7 @@ impl Timer {
 
     /// A waiting task was cancelled: its wheel entry is unlinked and its memory freed now, on
     /// the cancelling thread.
-    pub(crate) fn cancelled(&self, task: &TaskRef) {
+    pub(crate) fn cancelled(&self, task: &dyn RawTask) {
         let header = task.header();
         let mut shard = self.cell_of(header).lock();
         let removed = unlink(&mut shard.wheel, header);
@@ -438,7 +453,7 @@ impl Timer {
     /// the state after our check unlinks the moved entry by its new key once we unlock.
     pub(crate) fn reset(
         &self,
-        task: &TaskRef,
+        task: &dyn RawTask,
         deadline: u64,
         rebase: impl FnOnce(),
     ) -> Result<(), ResetError> {

@@ -2,7 +2,7 @@
 //! lock, and the helpers every change to a wheel goes through (ground rules in `timer/mod.rs`).
 
 use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
-use crate::task::{Header, TaskRef, NO_KEY};
+use crate::task::{Header, RawTask, TaskRef, NO_KEY};
 use crate::wheel::{Key, Wheel};
 
 /// Entries the driver moves (hands out or cascades) per shard in one locked step. 512 moves
@@ -42,7 +42,7 @@ impl Keep {
     };
 
     /// True if `task` stays in (or may go into) a wheel during a graceful shutdown.
-    pub(crate) fn keeps(self, task: &TaskRef) -> bool {
+    pub(crate) fn keeps(self, task: &dyn RawTask) -> bool {
         if task.header().is_periodic() {
             self.periodic
         } else {
@@ -51,10 +51,16 @@ impl Keep {
     }
 }
 
-/// Why an insert did not happen: the pool is shutting down and the shard's gate is closed to
-/// this task. The caller still owns the task and stops it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Refused;
+/// Why [`Timer::insert`](super::Timer::insert) gave a task back instead of keeping it in a
+/// wheel. The caller owns the task again.
+#[derive(Debug)]
+pub(crate) enum NotInserted {
+    /// A re-arm whose deadline had already passed: the caller hands it straight to the workers.
+    Due(TaskRef),
+    /// The pool is shutting down and the shard's gate is closed to this task: the caller stops
+    /// it.
+    Refused(TaskRef),
+}
 
 /// Who may insert into a shard (see the ground rules).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,7 +72,7 @@ pub(super) enum Gate {
 
 impl Gate {
     /// True if `task` may go into (or move within) a shard behind this gate.
-    pub(super) fn admits(self, task: &TaskRef) -> bool {
+    pub(super) fn admits(self, task: &dyn RawTask) -> bool {
         match self {
             Gate::Open => true,
             Gate::Closing(keep) => keep.keeps(task),
@@ -176,23 +182,6 @@ pub(super) fn give_back_if_empty(wheel: &mut Wheel<TaskRef>) {
     if wheel.is_empty() && wheel.capacity() > RELEASE_AT {
         wheel.shrink_to_fit();
     }
-}
-
-/// Inserts `task` for `tick` and records its key, unless a cancel won it first. Called under the
-/// shard's lock (ground rules).
-/// `header` is `task`'s, which the caller has read already.
-#[inline]
-pub(super) fn insert_unless_cancelled(
-    wheel: &mut Wheel<TaskRef>,
-    tick: u64,
-    task: &TaskRef,
-    header: &Header,
-) {
-    if !header.state.is_scheduled() {
-        return; // cancelled in transit: the canceller has accounted for it
-    }
-    let key = wheel.insert(tick, task.clone());
-    header.set_wheel_key(key.to_u64());
 }
 
 /// Tasks that just left a wheel (under its lock): clear their keys, so no later unlink can match

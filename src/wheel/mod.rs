@@ -336,6 +336,13 @@ impl<T> Wheel<T> {
         Key { index, generation }
     }
 
+    /// The key the next [`insert`](Self::insert) will return, so that a value which holds its
+    /// own key can learn it before it moves into the wheel.
+    pub(crate) fn vacant_key(&self) -> Key {
+        let (index, generation) = self.slab.vacant();
+        Key { index, generation }
+    }
+
     /// Removes the entry of `key` and returns its value, or `None` if the key is stale (its
     /// entry already fired or was removed, even if its node now holds another entry) or was
     /// never issued by this wheel.

@@ -119,6 +119,16 @@ impl<T> Slab<T> {
         (index, self.nodes[index as usize].generation)
     }
 
+    /// The index and generation the next [`Slab::insert`] will return.
+    pub(super) fn vacant(&self) -> (u32, u32) {
+        if self.free != NIL {
+            (self.free, self.nodes[self.free as usize].generation)
+        } else {
+            // `push_node`'s index and generation (it panics past `NIL - 1` nodes).
+            (self.nodes.len() as u32, self.fresh_generation)
+        }
+    }
+
     /// Appends a new node; the slow path of [`Slab::insert`] once the free list is empty.
     #[cold]
     fn push_node(&mut self, deadline: u64, value: T) -> u32 {
