@@ -13,21 +13,54 @@ use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
 /// Where the closure or its result is. Guarded by `TaskCell::body`.
+///
+/// An error is kept as a [`Failure`] (a word and a tag), not as the `TaskError` it becomes when
+/// taken (a `String`'s three words): a task's cell is sized for its largest stage, and every
+/// waiting timer pays for it (W1's bytes per pending timer).
 enum Stage<J: Job> {
     /// Waiting to run: the closure is here.
     Waiting(J),
     /// A worker has the closure.
     Running,
-    /// Finished; the future has not taken the result yet.
-    Done(Result<J::Output, TaskError>),
+    /// Finished with a value; the future has not taken it yet.
+    Done(J::Output),
+    /// Finished without a value; the future has not taken the error yet.
+    Failed(Failure),
     /// The future took the result.
     Taken,
 }
 
+/// A finished task's error as its cell keeps it.
+enum Failure {
+    Cancelled,
+    Shutdown,
+    /// The panic message, behind one pointer (only a panicking run pays the second allocation).
+    /// A thin `Box<String>`, not a `Box<str>`: the fat one would add a word to every cell.
+    #[allow(clippy::box_collection)]
+    Panicked(Box<String>),
+}
+
+impl<J: Job> Stage<J> {
+    /// The stage that keeps `result` for the future.
+    fn finished(result: Result<J::Output, TaskError>) -> Self {
+        match result {
+            Ok(value) => Stage::Done(value),
+            Err(TaskError::Cancelled) => Stage::Failed(Failure::Cancelled),
+            Err(TaskError::Shutdown) => Stage::Failed(Failure::Shutdown),
+            Err(TaskError::Panicked(message)) => {
+                Stage::Failed(Failure::Panicked(Box::new(message)))
+            }
+            Err(TaskError::Taken) => broken_invariant("a task finished with `Taken`"),
+        }
+    }
+}
+
 struct Body<J: Job> {
     stage: Stage<J>,
-    /// The waker of the task that last polled the future.
-    waker: Option<Waker>,
+    /// The waker of the task that last polled the future (or of a thread blocked in `join`).
+    /// Boxed: most timers are never waited on (they are cancelled, or detached), and a task
+    /// nobody waits on keeps one word for it instead of two.
+    waker: Option<Box<Waker>>,
 }
 
 /// A task: header, its name if it has one (`N`: `()` or a [`Name`]), and closure-or-result
@@ -84,7 +117,7 @@ impl<J: Job, N: NameSlot> TaskCell<J, N> {
     /// finds the closure's captures gone.
     fn complete(&self, result: Result<J::Output, TaskError>) {
         let mut body = self.body.lock();
-        body.stage = Stage::Done(result);
+        body.stage = Stage::finished(result);
         let waker = body.waker.take();
         drop(body);
         wake(waker);
@@ -94,9 +127,9 @@ impl<J: Job, N: NameSlot> TaskCell<J, N> {
     /// the closure out and stores `result`, in one critical section. Returns the closure and the
     /// waiter's waker: the caller drops (or hands back) the closure, then wakes, so a joiner
     /// that wakes finds the captures gone.
-    fn finish_waiting(&self, result: Result<J::Output, TaskError>) -> (J, Option<Waker>) {
+    fn finish_waiting(&self, result: Result<J::Output, TaskError>) -> (J, Option<Box<Waker>>) {
         let mut body = self.body.lock();
-        let job = match std::mem::replace(&mut body.stage, Stage::Done(result)) {
+        let job = match std::mem::replace(&mut body.stage, Stage::finished(result)) {
             Stage::Waiting(job) => job,
             _ => broken_invariant("a task left SCHEDULED but its closure was gone"),
         };
@@ -282,7 +315,7 @@ impl<J: Job, N: NameSlot> TaskResult<J::Output> for TaskCell<J, N> {
             return Poll::Pending;
         }
         drop(body);
-        let new = cx.waker().clone();
+        let new = Box::new(cx.waker().clone());
         let mut body = self.body.lock();
         if let Some(result) = take_done(&mut body) {
             drop(body);
@@ -320,10 +353,10 @@ impl<J: Job, N: NameSlot> TaskResult<J::Output> for TaskCell<J, N> {
 /// Wakes whoever waits on a task. An executor's wake is not ours to trust: a panic in it must
 /// not unwind a worker or the timer thread half way through their bookkeeping.
 #[inline]
-fn wake(waker: Option<Waker>) {
+fn wake(waker: Option<Box<Waker>>) {
     if let Some(w) = waker {
         // The payload too is the executor's: its `Drop` may panic (`drop_payload`).
-        call_user(move || w.wake());
+        call_user(move || (*w).wake());
     }
 }
 
@@ -331,10 +364,17 @@ fn wake(waker: Option<Waker>) {
 /// polled again after it returned `Ready`, a `join_timeout` after one that returned `Some`).
 fn take_done<J: Job>(body: &mut Body<J>) -> Option<Result<J::Output, TaskError>> {
     match body.stage {
-        Stage::Done(_) => match std::mem::replace(&mut body.stage, Stage::Taken) {
-            Stage::Done(result) => Some(result),
-            _ => unreachable!(),
-        },
+        Stage::Done(_) | Stage::Failed(_) => {
+            match std::mem::replace(&mut body.stage, Stage::Taken) {
+                Stage::Done(value) => Some(Ok(value)),
+                Stage::Failed(failure) => Some(Err(match failure {
+                    Failure::Cancelled => TaskError::Cancelled,
+                    Failure::Shutdown => TaskError::Shutdown,
+                    Failure::Panicked(message) => TaskError::Panicked(*message),
+                })),
+                _ => unreachable!(),
+            }
+        }
         Stage::Taken => Some(Err(TaskError::Taken)),
         _ => None,
     }
@@ -353,7 +393,11 @@ mod size_tests {
         // as small as before tasks had ids and names. An unnamed task keeps no name at all; a
         // named one a thin pointer more.
         assert_eq!(std::mem::size_of::<Header>(), 24);
-        assert!(std::mem::size_of::<TaskCell<OneShot<fn()>>>() <= 72);
+        // The lock (a byte, padded to a word), the stage (a word and a tag: an error is a
+        // `Failure`) and the boxed waker: with the `Arc`'s counts 72 bytes, the 80-byte malloc
+        // chunk (it was 88 bytes and the 96-byte chunk with the waker inline and a `TaskError`
+        // in the stage).
+        assert!(std::mem::size_of::<TaskCell<OneShot<fn()>>>() <= 56);
         assert_eq!(
             std::mem::size_of::<TaskCell<OneShot<fn()>, Name>>(),
             std::mem::size_of::<TaskCell<OneShot<fn()>>>() + 8
