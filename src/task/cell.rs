@@ -124,12 +124,12 @@ impl<J: Job, N: NameSlot> TaskCell<J, N> {
     }
 
     /// For a task that just left `SCHEDULED` without running (a cancel or a stop won it): takes
-    /// the closure out and stores `result`, in one critical section. Returns the closure and the
+    /// the closure out and stores `failure`, in one critical section. Returns the closure and the
     /// waiter's waker: the caller drops (or hands back) the closure, then wakes, so a joiner
     /// that wakes finds the captures gone.
-    fn finish_waiting(&self, result: Result<J::Output, TaskError>) -> (J, Option<Box<Waker>>) {
+    fn finish_waiting(&self, failure: Failure) -> (J, Option<Box<Waker>>) {
         let mut body = self.body.lock();
-        let job = match std::mem::replace(&mut body.stage, Stage::finished(result)) {
+        let job = match std::mem::replace(&mut body.stage, Stage::Failed(failure)) {
             Stage::Waiting(job) => job,
             _ => broken_invariant("a task left SCHEDULED but its closure was gone"),
         };
@@ -257,7 +257,7 @@ impl<J: Job, N: NameSlot> RawTask for TaskCell<J, N> {
                 Snapshot::Scheduled => {
                     if self.header.state.end_waiting(End::Cancelled) {
                         // The closure and what it captured go now, not at the deadline.
-                        let (job, waker) = self.finish_waiting(Err(TaskError::Cancelled));
+                        let (job, waker) = self.finish_waiting(Failure::Cancelled);
                         drop_user(job);
                         wake(waker);
                         return Cancelled::Waiting;
@@ -275,13 +275,13 @@ impl<J: Job, N: NameSlot> RawTask for TaskCell<J, N> {
 
     fn stop(&self, why: Stop) -> Stopped {
         let (to, err) = match why {
-            Stop::ShutdownNow => (End::Cancelled, TaskError::Cancelled),
-            Stop::Shutdown | Stop::HandBackAtShutdown => (End::Shutdown, TaskError::Shutdown),
+            Stop::ShutdownNow => (End::Cancelled, Failure::Cancelled),
+            Stop::Shutdown | Stop::HandBackAtShutdown => (End::Shutdown, Failure::Shutdown),
         };
         if !self.header.state.end_waiting(to) {
             return Stopped::NotWaiting;
         }
-        let (job, waker) = self.finish_waiting(Err(err));
+        let (job, waker) = self.finish_waiting(err);
         let stopped =
             match why {
                 Stop::ShutdownNow | Stop::HandBackAtShutdown => Stopped::HandedBack(
