@@ -6,7 +6,8 @@
 //! `src/runtime/tests/loom_*.rs`), and use the crate's types directly: `RunOutcome`, `Cancelled`,
 //! the `Driver` and its steps.
 //!
-//! One file per protocol: `task` (the state machine), `future` (completion vs waker), `sleep`
+//! One file per protocol: `counters` (a cell's two figures read as one), `task` (the state
+//! machine), `future` (completion vs waker), `sleep`
 //! (worker sleep and wake), `inject` (the injector's `injected` flag: fairness in time),
 //! `periodic` (re-arm vs cancel), `shutdown` (schedule vs shutdown), `driver` (the timer
 //! thread's sleep vs new deadlines) and `timer` (the sharded wheels' insert, cancel, reset and
@@ -23,6 +24,7 @@
 //! runs. Loom needs every execution of a model to take the same branches for the same schedule,
 //! so nothing a model checks may depend on real time.
 
+mod counters;
 mod driver;
 mod future;
 mod inject;

@@ -10,7 +10,13 @@
 //!   another, so one cell can go "below zero": cells wrap, and only their wrapping sum means
 //!   anything. A task that ends cancelled (or stopped by a shutdown) is counted out by its
 //!   `cancelled` increment alone: the sum subtracts every cell's `cancelled` too, so a cancel
-//!   pays one locked instruction for both figures, not two. The sum is exact when nothing moves, and never counts a task admitted before a
+//!   pays one locked instruction for both figures, not two.
+//! - A cell's two figures are read as one: `cancelled`, `outstanding`, `cancelled` again, until
+//!   both readings of `cancelled` agree. Read once each, a thread of that cell that cancels a
+//!   task and schedules another between the two loads would be seen admitting without
+//!   cancelling, once per such pair: the sum over-counted without bound, and `max_pending`
+//!   refused schedules far below it (a hostile review found it; `loom/counters.rs`). Only
+//!   cancels move `cancelled`, and they are short, so a reader retries rarely. The sum is exact when nothing moves, and never counts a task admitted before a
 //!   reader's SeqCst load of the lifecycle as gone while it is not (its increment precedes that
 //!   load, every cell load follows it).
 //! - Every change and sum of `outstanding` and `cancelled` is SeqCst, and the count that may end
@@ -125,6 +131,26 @@ struct Cell {
     cancelled: AtomicU64,
 }
 
+impl Cell {
+    /// This cell's share of the outstanding tasks: both figures as of one instant (ground
+    /// rules).
+    fn outstanding(&self) -> usize {
+        // SeqCst: pairs with `admitted`/`ended`/`ended_cancelled` and the lifecycle store
+        // (ground rules).
+        let mut cancelled = self.cancelled.load(Ordering::SeqCst);
+        loop {
+            let outstanding = self.outstanding.load(Ordering::SeqCst);
+            let again = self.cancelled.load(Ordering::SeqCst);
+            if again == cancelled {
+                // No cancel between the two readings: `outstanding` was read while `cancelled`
+                // held this value. Truncating it keeps the wrapping sum exact.
+                return outstanding.wrapping_sub(cancelled as usize);
+            }
+            cancelled = again;
+        }
+    }
+}
+
 /// One worker's run counts, written by that worker alone (ground rules).
 #[derive(Debug, Default)]
 pub(crate) struct RunCounts {
@@ -224,13 +250,9 @@ impl Counters {
 
     /// Tasks admitted and not yet ended.
     pub(crate) fn outstanding(&self) -> usize {
-        self.cells.iter().fold(0usize, |sum, c| {
-            // SeqCst: pairs with `admitted`/`ended`/`ended_cancelled` and the lifecycle store
-            // (ground rules). Truncating `cancelled` keeps the wrapping sum exact.
-            let ended_cancelled = c.cancelled.load(Ordering::SeqCst) as usize;
-            sum.wrapping_add(c.outstanding.load(Ordering::SeqCst))
-                .wrapping_sub(ended_cancelled)
-        })
+        self.cells
+            .iter()
+            .fold(0usize, |sum, c| sum.wrapping_add(c.outstanding()))
     }
 
     /// Runs in progress (a snapshot).

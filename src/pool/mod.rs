@@ -67,6 +67,7 @@ use crate::task::PendingTask;
 pub(crate) mod model {
     pub(crate) use super::config::Config;
     pub(crate) use super::core::{Arrival, Core, Parts};
+    pub(crate) use super::counters::Counters;
     pub(crate) use super::run::run_task;
     pub(crate) use super::schedule::{one_shot, schedule_job, When};
     pub(crate) use super::worker::run as run_worker;

@@ -190,3 +190,56 @@ fn concurrent_schedulers_admit_exactly_the_bound() {
         assert_eq!(f.join(), Err(TaskError::Cancelled));
     }
 }
+
+/// Threads that each cancel their task and schedule the next, over and over, with the bound
+/// nearly reached: no schedule may be refused, since at most `MAX` tasks are ever admitted.
+/// A cancel counts its task out through the `cancelled` count alone; a reader that took a
+/// cell's two figures at two instants saw every cancel-then-schedule pair between them as two
+/// tasks, and refused schedules far below the bound (found by a hostile review: 30-466 refusals
+/// in 3 s, every run). More threads than the 2 CPUs, so readers get preempted between loads.
+#[test]
+fn cancel_then_schedule_churn_is_never_refused_below_the_bound() {
+    const MAX: usize = 64;
+    const THREADS: usize = 6;
+    let pool = Arc::new(bounded(2, MAX));
+    let held: Vec<_> = (0..MAX - THREADS)
+        .map(|_| pool.schedule(|| (), HOUR).unwrap())
+        .collect();
+    let barrier = Arc::new(Barrier::new(THREADS));
+    let end = std::time::Instant::now() + Duration::from_secs(2);
+    let threads: Vec<_> = (0..THREADS)
+        .map(|_| {
+            let (pool, barrier) = (pool.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                let (mut pairs, mut refused) = (0u64, 0usize);
+                while std::time::Instant::now() < end {
+                    for _ in 0..64 {
+                        match pool.schedule(|| (), HOUR) {
+                            Ok(f) => {
+                                assert!(f.cancel());
+                                pairs += 1;
+                            }
+                            Err(ScheduleError::Saturated { .. }) => refused += 1,
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+                (pairs, refused)
+            })
+        })
+        .collect();
+    let (mut pairs, mut refused) = (0, 0);
+    for t in threads {
+        let (p, r) = t.join().unwrap();
+        pairs += p;
+        refused += r;
+    }
+    assert_eq!(
+        refused, 0,
+        "{refused} schedules refused with at most {MAX} tasks admitted ({pairs} pairs)"
+    );
+    let stats = pool.stats();
+    assert_eq!((stats.pending, stats.cancelled), (MAX - THREADS, pairs));
+    drop(held);
+}
