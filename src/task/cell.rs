@@ -1,4 +1,5 @@
-//! `TaskCell<J>`: the one allocation behind a task and its future.
+//! `TaskCell<J>`: the one allocation behind a task and its future (and, once someone waits on
+//! it, a boxed waker).
 
 use super::state::{End, Snapshot};
 use super::{

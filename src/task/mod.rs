@@ -1,5 +1,6 @@
 //! The task cell: one allocation holding the closure, its atomic state, the planned deadline and
-//! the result slot that the [`ScheduledFuture`](crate::ScheduledFuture) reads.
+//! the result slot that the [`ScheduledFuture`](crate::ScheduledFuture) reads. A second, small
+//! one holds the waker once someone waits on the task (`join`, or a poll that returns `Pending`).
 //!
 //! The pool sees a task as a type-erased [`TaskRef`]; the future sees the same allocation through
 //! [`TaskResult<T>`]. Who may touch the body (closure or result) is decided by the state machine in
