@@ -217,8 +217,10 @@ impl Core {
         }
         if let Some(max) = self.max_pending {
             // Those admitted before us, less those running. Of two admissions at once the later
-            // sum sees both increments (SeqCst), so the bound is never overshot.
-            let before = self.counters.outstanding().wrapping_sub(1);
+            // sum sees both increments (SeqCst). A third task that is admitted and ends on two
+            // different cells while this sum runs can make it read one low for that instant
+            // (`pending_or_running`): only such a task, already gone, lets us past the bound.
+            let before = self.counters.pending_or_running().saturating_sub(1);
             let pending = before.saturating_sub(self.counters.running());
             if pending >= max {
                 self.task_ended(false);

@@ -248,7 +248,22 @@ impl Counters {
         self.mine().cancelled.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Tasks admitted and not yet ended.
+    /// The tasks admitted before this call and not yet ended, for the saturation check and
+    /// the `pending` figure: [`outstanding`](Self::outstanding), read as 0 when it is below
+    /// zero. The wrapping sum goes below zero for an instant when a task is counted in on one
+    /// cell after the reader passed it and counted out on another before the reader gets there;
+    /// read as a `usize` that looked like billions pending, and `max_pending` refused schedules
+    /// on an empty pool.
+    pub(crate) fn pending_or_running(&self) -> usize {
+        let sum = self.outstanding();
+        if (sum as isize) < 0 {
+            0
+        } else {
+            sum
+        }
+    }
+
+    /// Tasks admitted and not yet ended (the wrapping sum of every cell).
     pub(crate) fn outstanding(&self) -> usize {
         self.cells
             .iter()
@@ -264,7 +279,7 @@ impl Counters {
     pub(crate) fn stats(&self) -> PoolStats {
         let running = self.running();
         PoolStats {
-            pending: self.outstanding().saturating_sub(running),
+            pending: self.pending_or_running().saturating_sub(running),
             running,
             completed: sum(&self.workers, |w| w.completed.load(Ordering::Relaxed)),
             cancelled: sum(&self.cells, |c| c.cancelled.load(Ordering::Relaxed)),
@@ -277,4 +292,25 @@ impl Counters {
 /// The wrapping sum of one figure over a set of cells (home cells or workers' cells).
 fn sum<C>(cells: &[CachePadded<C>], read: impl Fn(&C) -> u64) -> u64 {
     cells.iter().fold(0u64, |sum, c| sum.wrapping_add(read(c)))
+}
+
+#[cfg(all(test, not(wheelpool_loom)))]
+mod tests {
+    use super::*;
+
+    /// A task counted out on a cell the reader has not reached yet, whose admission on another
+    /// cell it passed already, leaves the wrapping sum below zero for an instant: that reads as
+    /// no task, not as billions of them.
+    #[test]
+    fn a_sum_below_zero_reads_as_nothing_pending() {
+        let counters = Counters::new(2, 1);
+        // The end, on this thread's cell, without the admission that the reader missed.
+        counters.ended();
+        assert_eq!(counters.outstanding(), usize::MAX, "the raw sum wrapped");
+        assert_eq!(counters.pending_or_running(), 0);
+        assert_eq!(counters.stats().pending, 0);
+        counters.admitted();
+        counters.admitted();
+        assert_eq!(counters.pending_or_running(), 1);
+    }
 }
