@@ -10,15 +10,15 @@
 //!   another, so one cell can go "below zero": cells wrap, and only their wrapping sum means
 //!   anything. A task that ends cancelled (or stopped by a shutdown) is counted out by its
 //!   `cancelled` increment alone: the sum subtracts every cell's `cancelled` too, so a cancel
-//!   pays one locked instruction for both figures, not two.
+//!   pays one locked instruction for both figures, not two. The sum is exact when nothing
+//!   moves, and never counts a task admitted before a reader's SeqCst load of the lifecycle as
+//!   gone while it is not (its increment precedes that load, every cell load follows it).
 //! - A cell's two figures are read as one: `cancelled`, `outstanding`, `cancelled` again, until
 //!   both readings of `cancelled` agree. Read once each, a thread of that cell that cancels a
 //!   task and schedules another between the two loads would be seen admitting without
 //!   cancelling, once per such pair: the sum over-counted without bound, and `max_pending`
 //!   refused schedules far below it (a hostile review found it; `loom/counters.rs`). Only
-//!   cancels move `cancelled`, and they are short, so a reader retries rarely. The sum is exact when nothing moves, and never counts a task admitted before a
-//!   reader's SeqCst load of the lifecycle as gone while it is not (its increment precedes that
-//!   load, every cell load follows it).
+//!   cancels move `cancelled`, and they are short, so a reader retries rarely.
 //! - Every change and sum of `outstanding` and `cancelled` is SeqCst, and the count that may end
 //!   the last task after a shutdown is followed by `fence(SeqCst)` before its sum: of two tasks
 //!   ending at once on two cells, the later one's sum sees both ends (see `Core::task_ended`).
