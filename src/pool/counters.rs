@@ -265,9 +265,8 @@ impl Counters {
 
     /// Tasks admitted and not yet ended (the wrapping sum of every cell).
     pub(crate) fn outstanding(&self) -> usize {
-        self.cells
-            .iter()
-            .fold(0usize, |sum, c| sum.wrapping_add(c.outstanding()))
+        // Wrapping in `u64` and truncating keeps the wrapping `usize` sum exact.
+        sum(&self.cells, |c| c.outstanding() as u64) as usize
     }
 
     /// Runs in progress (a snapshot).
