@@ -57,7 +57,8 @@ mod bench {
     trait Timers {
         type Key: Copy;
         fn insert(&mut self, deadline: u64, value: Value) -> Self::Key;
-        fn remove(&mut self, key: Self::Key) -> Option<Value>;
+        /// Removes the entry of `key`, whose value is `value` if it is still live.
+        fn remove(&mut self, key: Self::Key, value: Value) -> Option<Value>;
         fn poll(&mut self, now: u64, out: &mut Vec<Value>);
         fn now(&self) -> u64;
     }
@@ -67,8 +68,9 @@ mod bench {
         fn insert(&mut self, deadline: u64, value: Value) -> Key {
             Wheel::insert(self, deadline, value)
         }
-        fn remove(&mut self, key: Key) -> Option<Value> {
-            Wheel::remove(self, key)
+        fn remove(&mut self, key: Key, value: Value) -> Option<Value> {
+            // A wheel key is a slab index; the value tells this entry from a later one.
+            Wheel::remove(self, key, |v| *v == value)
         }
         fn poll(&mut self, now: u64, out: &mut Vec<Value>) {
             self.poll_expired(now, out);
@@ -116,7 +118,7 @@ mod bench {
             self.heap.push(Reverse((deadline, slot, entry.0)));
             (slot, entry.0)
         }
-        fn remove(&mut self, (slot, generation): (u32, u32)) -> Option<Value> {
+        fn remove(&mut self, (slot, generation): (u32, u32), _value: Value) -> Option<Value> {
             let entry = self.slots.get(slot as usize)?;
             if entry.0 != generation || entry.1.is_none() {
                 return None;
@@ -206,7 +208,7 @@ mod bench {
         fn remove_at(&mut self, positions: &[usize]) -> Duration {
             let start = Instant::now();
             for &p in positions {
-                black_box(self.timers.remove(self.keys[p]));
+                black_box(self.timers.remove(self.keys[p], value(p)));
             }
             start.elapsed()
         }

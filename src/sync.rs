@@ -17,7 +17,7 @@
 mod imp {
     pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard};
     pub(crate) use std::sync::atomic::{
-        fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+        fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
     };
     pub(crate) use std::thread;
 
@@ -42,7 +42,7 @@ mod imp {
 #[cfg(wheelpool_loom)]
 mod imp {
     pub(crate) use loom::sync::atomic::{
-        fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+        fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
     };
     pub(crate) use loom::sync::Condvar as LoomCondvar;
     pub(crate) use loom::thread;

@@ -404,6 +404,6 @@ mod size_tests {
             std::mem::size_of::<TaskCell<OneShot<fn()>>>() + 8
         );
         // Each pending task also holds one wheel entry (a fat `Arc<dyn RawTask>` plus links).
-        assert_eq!(crate::wheel::Wheel::<crate::task::TaskRef>::ENTRY_SIZE, 40);
+        assert_eq!(crate::wheel::Wheel::<crate::task::TaskRef>::ENTRY_SIZE, 32);
     }
 }

@@ -31,7 +31,7 @@ pub(crate) use cell::TaskCell;
 pub(crate) use job::{Job, OneShot};
 
 use crate::error::TaskError;
-use crate::sync::{Arc, AtomicU64, Ordering};
+use crate::sync::{Arc, AtomicU32, AtomicU64, Ordering};
 use std::any::Any;
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -146,11 +146,11 @@ pub(crate) struct Header {
     deadline: AtomicU64,
     /// The wheel entry's key while the task sits in its shard's wheel. Read and written only
     /// under that shard's lock, so `Relaxed` is enough.
-    wheel_key: AtomicU64,
+    wheel_key: AtomicU32,
 }
 
 /// `wheel_key` when the task is not in the wheel.
-pub(crate) const NO_KEY: u64 = u64::MAX;
+pub(crate) const NO_KEY: u32 = u32::MAX;
 
 /// A bit of `Header::shard`: the task has no planned time (`execute`: its deadline 0 only
 /// means "now", with no clock read), so its run's lateness is not measured.
@@ -169,7 +169,7 @@ impl Header {
             shard,
             id: PackedId::next(),
             deadline: AtomicU64::new(deadline),
-            wheel_key: AtomicU64::new(NO_KEY),
+            wheel_key: AtomicU32::new(NO_KEY),
         }
     }
 
@@ -229,12 +229,12 @@ impl Header {
     }
 
     #[inline]
-    pub(crate) fn wheel_key(&self) -> u64 {
+    pub(crate) fn wheel_key(&self) -> u32 {
         self.wheel_key.load(Ordering::Relaxed)
     }
 
     #[inline]
-    pub(crate) fn set_wheel_key(&self, key: u64) {
+    pub(crate) fn set_wheel_key(&self, key: u32) {
         self.wheel_key.store(key, Ordering::Relaxed);
     }
 }

@@ -18,6 +18,9 @@
 //!   under that lock that the task is still `SCHEDULED`; a cancel wins `SCHEDULED -> CANCELLED`
 //!   before it takes the lock. Either the insert sees the cancel (and does not insert) or the
 //!   cancel's lock comes after the insert (and it unlinks the entry by the recorded key).
+//!   Whenever a task leaves the wheel (fired, unlinked, drained), its key is cleared under the
+//!   same lock; an unlink also checks that the entry it finds is this very task (a wheel key is
+//!   a slab index, reused by later entries), so no task can ever unlink another.
 //! - A shard has a gate. `Open`: everything goes in. `Closing` (graceful shutdown): only the
 //!   tasks the pool's policy keeps ([`Keep`]: by default one-shots, not periodic tasks) go in.
 //!   `Stopped` (`shutdown_now`): everything is refused. The
@@ -35,7 +38,7 @@
 //! them, the driver's or the watcher's), a shard left empty with room for more than `RELEASE_AT`
 //! entries frees its slab, in O(1) under the lock (`give_back_if_empty`). A shard that still
 //! holds entries keeps its room (at most its peak entry count, rounded up to the slab's doubling,
-//! times 40 B) until it empties: compacting live entries would be unbounded work under the lock.
+//! times 32 B) until it empties: compacting live entries would be unbounded work under the lock.
 //!
 //! **Hints.** Each shard keeps, beside its lock, a `hint`: a lower bound on the earliest tick in
 //! its wheel, written only under the lock (an insert below it lowers it; a poll, the driver's or
@@ -408,7 +411,7 @@ impl Timer {
         // The key goes into the header before the reference moves into the wheel; both under
         // the shard's lock, where every reader of the key looks (ground rules).
         let key = shard.wheel.vacant_key();
-        header.set_wheel_key(key.to_u64());
+        header.set_wheel_key(key.to_u32());
         let inserted = shard.wheel.insert(tick, task);
         debug_assert_eq!(
             inserted, key,
@@ -437,7 +440,7 @@ impl Timer {
     pub(crate) fn cancelled(&self, task: &dyn RawTask) {
         let header = task.header();
         let mut shard = self.cell_of(header).lock();
-        let removed = unlink(&mut shard.wheel, header);
+        let removed = unlink(&mut shard.wheel, task);
         give_back_if_empty(&mut shard.wheel);
         drop(shard);
         drop(removed);
@@ -470,7 +473,7 @@ impl Timer {
             // (again), so there is nothing to move, and the sweep must find it where it is.
             return Err(ResetError::Cancelled);
         }
-        let Some(entry) = unlink(&mut shard.wheel, header) else {
+        let Some(entry) = unlink(&mut shard.wheel, task) else {
             // Due and handed to a worker (firing), or a periodic task between its run and its
             // re-arm's insert.
             return Err(ResetError::Running);
@@ -478,7 +481,7 @@ impl Timer {
         header.set_deadline(deadline);
         rebase();
         let key = shard.wheel.insert(tick, entry);
-        header.set_wheel_key(key.to_u64());
+        header.set_wheel_key(key.to_u32());
         self.inserted(cell, shard, tick);
         Ok(())
     }

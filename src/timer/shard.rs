@@ -1,8 +1,8 @@
 //! A shard: one wheel and its gate under one lock, the hint the timer thread reads without the
 //! lock, and the helpers every change to a wheel goes through (ground rules in `timer/mod.rs`).
 
-use crate::sync::{AtomicU64, Mutex, MutexGuard, Ordering};
-use crate::task::{Header, RawTask, TaskRef, NO_KEY};
+use crate::sync::{Arc, AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::task::{RawTask, TaskRef, NO_KEY};
 use crate::wheel::{Key, Wheel};
 
 /// Entries the driver moves (hands out or cascades) per shard in one locked step. 512 moves
@@ -176,7 +176,7 @@ const RELEASE_AT: usize = 4096;
 /// slab. O(1) under the lock (an empty wheel forgets its nodes without visiting them).
 ///
 /// A shard that is not empty keeps its room, as a `Vec` keeps its capacity: at most its peak
-/// number of entries times the entry size (40 B), until it empties. Giving that back earlier
+/// number of entries times the entry size (32 B), until it empties. Giving that back earlier
 /// would mean compacting live entries under the lock, which is unbounded work.
 pub(super) fn give_back_if_empty(wheel: &mut Wheel<TaskRef>) {
     if wheel.is_empty() && wheel.capacity() > RELEASE_AT {
@@ -184,23 +184,69 @@ pub(super) fn give_back_if_empty(wheel: &mut Wheel<TaskRef>) {
     }
 }
 
-/// Tasks that just left a wheel (under its lock): clear their keys, so no later unlink can match
-/// a reused slot (the generation check would refuse it anyway, bar 2^32 reuses).
+/// Tasks that just left a wheel (under its lock): clear their keys, so no later unlink looks
+/// for them there (the slot may hold another task by then; the identity check would refuse it
+/// anyway).
 pub(crate) fn clear_keys(tasks: &[TaskRef]) {
     for task in tasks {
         task.header().set_wheel_key(NO_KEY);
     }
 }
 
-/// Removes the wheel entry of the task whose `header` this is, if it has a live one; returns
-/// the wheel's reference so the caller drops it after unlocking. Called under the shard's lock.
+/// Removes the wheel entry of `task`, if it has a live one; returns the wheel's reference so
+/// the caller drops it after unlocking. Called under the shard's lock.
 #[inline]
-pub(super) fn unlink(wheel: &mut Wheel<TaskRef>, header: &Header) -> Option<TaskRef> {
+pub(super) fn unlink(wheel: &mut Wheel<TaskRef>, task: &dyn RawTask) -> Option<TaskRef> {
+    let header = task.header();
     let key = header.wheel_key();
     if key == NO_KEY {
         return None; // not inserted yet, or already handed out
     }
     header.set_wheel_key(NO_KEY);
-    // A stale key (the entry fired, the slot was reused) is refused by its generation.
-    wheel.remove(Key::from_u64(key))
+    // The key is cleared whenever the task leaves the wheel, so it names this task's entry;
+    // the identity check keeps a broken rule from ever unlinking another task.
+    wheel.remove(Key::from_u32(key), |entry| {
+        std::ptr::addr_eq(Arc::as_ptr(entry), task as *const dyn RawTask)
+    })
+}
+
+#[cfg(all(test, not(wheelpool_loom)))]
+mod tests {
+    use super::*;
+    use crate::task::{OneShot, TaskCell};
+
+    fn task() -> TaskRef {
+        Arc::new(TaskCell::new(OneShot::new(|| ()), 0, 0))
+    }
+
+    fn insert(wheel: &mut Wheel<TaskRef>, task: &TaskRef, tick: u64) {
+        let key = wheel.insert(tick, Arc::clone(task));
+        task.header().set_wheel_key(key.to_u32());
+    }
+
+    #[test]
+    fn an_unlink_finds_its_own_entry_and_never_another_tasks() {
+        let mut wheel = Wheel::new();
+        let (a, b) = (task(), task());
+        insert(&mut wheel, &a, 10);
+        let a_key = a.header().wheel_key();
+        // A fires: the driver clears its key. B then takes A's node.
+        let mut due = Vec::new();
+        wheel.poll_expired(10, &mut due);
+        clear_keys(&due);
+        insert(&mut wheel, &b, 20);
+        assert_eq!(b.header().wheel_key(), a_key, "the node is reused");
+        assert!(
+            unlink(&mut wheel, &*a).is_none(),
+            "a cleared key names nothing"
+        );
+        // Even with its old key put back (a broken rule), A cannot unlink B.
+        a.header().set_wheel_key(a_key);
+        assert!(unlink(&mut wheel, &*a).is_none());
+        assert_eq!(wheel.len(), 1);
+        let removed = unlink(&mut wheel, &*b).expect("B's own entry");
+        assert!(Arc::ptr_eq(&removed, &b));
+        assert_eq!(b.header().wheel_key(), NO_KEY);
+        assert!(wheel.is_empty());
+    }
 }

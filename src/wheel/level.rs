@@ -86,9 +86,9 @@ mod tests {
         let mut level = Level::EMPTY;
         assert!(level.is_empty());
         assert_eq!(level.next_occupied(0), None);
-        let a = slab.insert(0, ()).0;
-        let b = slab.insert(0, ()).0;
-        let c = slab.insert(0, ()).0;
+        let a = slab.insert(0, ());
+        let b = slab.insert(0, ());
+        let c = slab.insert(0, ());
         level.push(&mut slab, 9, a);
         level.push(&mut slab, 9, b);
         level.push(&mut slab, 40, c);

@@ -39,11 +39,12 @@
 
 //! # Memory
 //!
-//! One entry costs one slab node: 20 bytes of bookkeeping (deadline, two links, generation) plus
-//! `Option<T>`, rounded up to 8. That is **24 bytes** for `T = ()` and **32 bytes** for a
-//! pointer-sized value with a niche such as `Arc<Task>` ([`Wheel::ENTRY_SIZE`]), plus the
-//! `Vec`'s growth slack (at most 2x until [`shrink_to_fit`](Wheel::shrink_to_fit)). The levels
-//! and their spares add a fixed 5.8 KB.
+//! One entry costs one slab node: 16 bytes of bookkeeping (deadline, two links, the second
+//! carrying the node's place) plus `Option<T>`, rounded up to 8. That is **24 bytes** for
+//! `T = ()` or a thin pointer with a niche such as `Arc<Task>`, and **32 bytes** for a fat one
+//! such as the pool's `Arc<dyn RawTask>` ([`Wheel::ENTRY_SIZE`]), plus the `Vec`'s growth slack
+//! (at most 2x until [`shrink_to_fit`](Wheel::shrink_to_fit)). The levels and their spares add
+//! a fixed 5.8 KB. One wheel holds at most 2^27 - 1 entries (134 million).
 
 mod bits;
 mod key;
@@ -88,7 +89,7 @@ pub use key::Key;
 /// assert_eq!(due, ["five"]);
 /// assert_eq!(wheel.now(), 7);
 ///
-/// assert_eq!(wheel.remove(ten), Some("ten"));
+/// assert_eq!(wheel.remove(ten, |v| *v == "ten"), Some("ten"));
 /// due.clear();
 /// wheel.poll_expired(u64::MAX, &mut due);
 /// assert_eq!(due, ["a million"]);
@@ -156,8 +157,9 @@ impl Cascade {
     }
 }
 
-/// `place` of a node in the due list. A node in a level's list has `place_of(level, buffer)`.
-const DUE: u8 = u8::MAX;
+/// `place` of a node in the due list. A node in a level's list has `place_of(level, buffer)`,
+/// which is below it.
+const DUE: u8 = slab::MAX_PLACE;
 
 /// `stage[l]` when level `l` stages no slot.
 const NO_STAGE: u8 = u8::MAX;
@@ -182,9 +184,10 @@ impl<T> Wheel<T> {
     /// use std::sync::Arc;
     /// use wheelpool::wheel::Wheel;
     ///
-    /// assert_eq!(Wheel::<()>::ENTRY_SIZE, 24);
     /// if cfg!(target_pointer_width = "64") {
-    ///     assert_eq!(Wheel::<Arc<String>>::ENTRY_SIZE, 32);
+    ///     assert_eq!(Wheel::<()>::ENTRY_SIZE, 24);
+    ///     assert_eq!(Wheel::<Arc<String>>::ENTRY_SIZE, 24);
+    ///     assert_eq!(Wheel::<Arc<dyn Send + Sync>>::ENTRY_SIZE, 32);
     /// }
     /// ```
     pub const ENTRY_SIZE: usize = Slab::<T>::NODE_SIZE;
@@ -276,7 +279,7 @@ impl<T> Wheel<T> {
     /// assert!(wheel.is_empty());
     /// let key = wheel.insert(3, 'a');
     /// assert!(!wheel.is_empty());
-    /// wheel.remove(key);
+    /// wheel.remove(key, |_| true);
     /// assert!(wheel.is_empty());
     /// ```
     #[must_use]
@@ -310,7 +313,7 @@ impl<T> Wheel<T> {
     ///
     /// # Panics
     ///
-    /// Panics if the wheel already holds `u32::MAX - 1` entries.
+    /// Panics if the wheel already holds 2^27 - 1 entries (see the module docs on memory).
     ///
     /// # Examples
     ///
@@ -327,25 +330,29 @@ impl<T> Wheel<T> {
     /// ```
     #[inline]
     pub fn insert(&mut self, deadline: u64, value: T) -> Key {
-        let (index, generation) = self.slab.insert(deadline, value);
+        let index = self.slab.insert(deadline, value);
         if deadline <= self.now {
             self.push_due(index);
         } else {
             self.link(index, deadline);
         }
-        Key { index, generation }
+        Key { index }
     }
 
     /// The key the next [`insert`](Self::insert) will return, so that a value which holds its
     /// own key can learn it before it moves into the wheel.
     pub(crate) fn vacant_key(&self) -> Key {
-        let (index, generation) = self.slab.vacant();
-        Key { index, generation }
+        Key {
+            index: self.slab.vacant(),
+        }
     }
 
-    /// Removes the entry of `key` and returns its value, or `None` if the key is stale (its
-    /// entry already fired or was removed, even if its node now holds another entry) or was
-    /// never issued by this wheel.
+    /// Removes the entry of `key` and returns its value, if `key` names an entry and
+    /// `is_entry` recognises its value; otherwise `None`, and nothing changes.
+    ///
+    /// A key outlives its entry (it fired or was removed) and then names whatever entry holds
+    /// its node next, if any: `is_entry` is how the caller tells its own entry from that one
+    /// (an identity check, or a comparison with a value known to be unique).
     ///
     /// O(1): an unlink. The value is moved out, so it is dropped as soon as the caller drops it;
     /// the wheel keeps nothing of it.
@@ -357,15 +364,15 @@ impl<T> Wheel<T> {
     ///
     /// let mut wheel = Wheel::new();
     /// let key = wheel.insert(10, String::from("payload"));
-    /// assert_eq!(wheel.remove(key).as_deref(), Some("payload"));
-    /// assert_eq!(wheel.remove(key), None);
+    /// assert_eq!(wheel.remove(key, |v| v == "payload").as_deref(), Some("payload"));
+    /// assert_eq!(wheel.remove(key, |v| v == "payload"), None);
     /// let other = wheel.insert(10, String::from("reuses the node"));
-    /// assert_eq!(wheel.remove(key), None, "a stale key never removes another entry");
+    /// assert_eq!(other, key, "the node is reused");
+    /// assert_eq!(wheel.remove(key, |v| v == "payload"), None, "never another entry");
     /// assert_eq!(wheel.len(), 1);
-    /// # let _ = other;
     /// ```
-    pub fn remove(&mut self, key: Key) -> Option<T> {
-        let deadline = self.slab.live_deadline(key.index, key.generation)?;
+    pub fn remove(&mut self, key: Key, is_entry: impl FnOnce(&T) -> bool) -> Option<T> {
+        let deadline = self.slab.live_deadline(key.index, is_entry)?;
         self.unlink(key.index, deadline);
         Some(self.slab.vacate(key.index))
     }
@@ -446,7 +453,7 @@ impl<T> Wheel<T> {
     }
 
     /// Removes every entry and pushes its value onto `out`, roughly in deadline order; `now` is
-    /// kept. Keys to the drained entries are stale afterwards.
+    /// kept. Keys to the drained entries name nothing afterwards.
     ///
     /// # Examples
     ///
@@ -460,7 +467,7 @@ impl<T> Wheel<T> {
     /// wheel.drain(&mut all);
     /// assert_eq!(all, ['x', 'y']);
     /// assert!(wheel.is_empty());
-    /// assert_eq!(wheel.remove(key), None);
+    /// assert_eq!(wheel.remove(key, |_| true), None);
     /// ```
     pub fn drain(&mut self, out: &mut Vec<T>) {
         out.reserve(self.len());
@@ -482,8 +489,7 @@ impl<T> Wheel<T> {
     }
 
     /// Gives slab memory back to the allocator after many entries went away: frees the unused
-    /// nodes at the end of the slab and shrinks it to fit. Live keys stay valid and stale keys
-    /// stay stale. O(capacity).
+    /// nodes at the end of the slab and shrinks it to fit. Live keys stay valid. O(capacity).
     ///
     /// # Examples
     ///
@@ -493,11 +499,11 @@ impl<T> Wheel<T> {
     /// let mut wheel = Wheel::new();
     /// let keys: Vec<_> = (0..10_000).map(|t| wheel.insert(t, t)).collect();
     /// for &key in &keys[10..] {
-    ///     wheel.remove(key);
+    ///     wheel.remove(key, |_| true);
     /// }
     /// wheel.shrink_to_fit();
     /// assert!(wheel.capacity() < 100);
-    /// assert_eq!(wheel.remove(keys[5]), Some(5));
+    /// assert_eq!(wheel.remove(keys[5], |&v| v == 5), Some(5));
     /// ```
     pub fn shrink_to_fit(&mut self) {
         if self.is_empty() {

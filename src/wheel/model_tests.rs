@@ -106,8 +106,8 @@ struct Run {
     reference: BTreeMap<(u64, usize), ()>,
     /// Every key issued, with its id and deadline.
     keys: Vec<(Key, usize, u64)>,
-    /// The same keys as a set: a key is never issued twice (generations change on reuse).
-    issued: HashSet<Key>,
+    /// The keys of live entries: a key is reused only once its entry has left the wheel.
+    live_keys: HashSet<Key>,
     drops: Drops,
 }
 
@@ -117,7 +117,7 @@ impl Run {
             wheel: Wheel::new(),
             reference: BTreeMap::new(),
             keys: Vec::new(),
-            issued: HashSet::new(),
+            live_keys: HashSet::new(),
             drops: Rc::new(RefCell::new(Vec::new())),
         }
     }
@@ -139,7 +139,10 @@ impl Run {
                 drops: self.drops.clone(),
             },
         );
-        assert!(self.issued.insert(key), "a key was issued twice: {key:?}");
+        assert!(
+            self.live_keys.insert(key),
+            "a live entry's key was issued again: {key:?}"
+        );
         self.keys.push((key, id, deadline));
         self.reference.insert((deadline, id), ());
     }
@@ -150,9 +153,13 @@ impl Run {
         }
         let (key, id, deadline) = self.keys[pick % self.keys.len()];
         let live = self.reference.remove(&(deadline, id)).is_some();
-        let got = self.wheel.remove(Key::from_u64(key.to_u64()));
+        // Told apart by the id, as the pool tells tasks apart by identity.
+        let got = self
+            .wheel
+            .remove(Key::from_u32(key.to_u32()), |v| v.id == id);
         match got {
             Some(value) => {
+                self.live_keys.remove(&key);
                 assert!(live, "removed a stale key's entry: id {id}");
                 assert_eq!(value.id, id, "removed someone else's entry");
                 assert_eq!(self.drops.borrow()[id], 0);
@@ -189,6 +196,7 @@ impl Run {
                 self.reference.remove(&(value.deadline, value.id)).is_some(),
                 "not live"
             );
+            self.live_keys.remove(&self.keys[value.id].0);
         }
         if let Some((&(deadline, id), _)) = self.reference.first_key_value().filter(|_| finished) {
             assert!(
@@ -361,10 +369,12 @@ proptest! {
         prop_assert_eq!(ids, want);
         drop(rest);
         run.reference.clear();
+        run.live_keys.clear();
         run.check();
-        // Every key is stale after the drain.
-        for &(key, _, _) in &run.keys {
-            prop_assert!(run.wheel.remove(key).is_none());
+        // Every key names nothing after the drain.
+        for &(key, id, _) in &run.keys {
+            prop_assert!(run.wheel.remove(key, |v| v.id == id).is_none());
+            prop_assert!(run.wheel.remove(key, |_| true).is_none());
         }
         run.finish();
     }

@@ -138,14 +138,16 @@ fn remove_works_in_the_due_list_and_in_every_level() {
     let late = wheel.insert(1, 1);
     let keys: Vec<Key> = (0..64).map(|b| wheel.insert(100 + (1 << b), b)).collect();
     check_invariants(&wheel);
-    assert_eq!(wheel.remove(late), Some(1));
+    assert_eq!(wheel.remove(late, |&v| v == 1), Some(1));
     for (b, &key) in keys.iter().enumerate().rev() {
-        assert_eq!(wheel.remove(key), Some(b as u64));
+        assert_eq!(wheel.remove(key, |&v| v == b as u64), Some(b as u64));
         check_invariants(&wheel);
     }
     assert!(wheel.is_empty());
     assert_eq!(wheel.next_expiration(), None);
-    assert!(keys.iter().all(|&key| wheel.remove(key).is_none()));
+    assert!(keys
+        .iter()
+        .all(|&key| wheel.remove(key, |_| true).is_none()));
 }
 
 #[test]
@@ -155,11 +157,16 @@ fn stale_keys_never_remove_another_entry() {
     assert_eq!(poll(&mut wheel, 5), ["fired"]);
     let other = wheel.insert(50, "other");
     assert_eq!(other.index, fired.index, "the node is reused");
-    assert_eq!(wheel.remove(fired), None);
+    assert_eq!(wheel.remove(fired, |v| *v == "fired"), None);
     assert_eq!(wheel.len(), 1);
-    assert_eq!(wheel.remove(Key::from_u64(u64::MAX)), None);
-    assert_eq!(wheel.remove(Key::from_u64(0)), None);
-    assert_eq!(wheel.remove(other), Some("other"));
+    assert_eq!(wheel.remove(Key::from_u32(u32::MAX), |_| true), None);
+    assert_eq!(
+        wheel.remove(Key::from_u32(1), |_| true),
+        None,
+        "never issued"
+    );
+    assert_eq!(wheel.remove(other, |v| *v == "other"), Some("other"));
+    assert_eq!(wheel.remove(other, |_| true), None, "a vacant node");
 }
 
 #[test]
@@ -243,7 +250,9 @@ fn drain_empties_every_list_and_keeps_now() {
     assert!(wheel.is_empty());
     assert_eq!(wheel.now(), 1000);
     assert_eq!(wheel.next_expiration(), None);
-    assert!(keys.iter().all(|&key| wheel.remove(key).is_none()));
+    assert!(keys
+        .iter()
+        .all(|&key| wheel.remove(key, |_| true).is_none()));
 }
 
 #[test]
@@ -255,7 +264,7 @@ fn values_are_dropped_once_and_at_once() {
         .map(|d| wheel.insert(d * 97, Rc::clone(&token)))
         .collect();
     assert_eq!(Rc::strong_count(&token), 101);
-    drop(wheel.remove(keys[50]));
+    drop(wheel.remove(keys[50], |_| true));
     assert_eq!(
         Rc::strong_count(&token),
         100,
@@ -279,7 +288,7 @@ fn shrink_to_fit_after_mass_removal_keeps_the_wheel_working() {
     let keys: Vec<Key> = (0..5000).map(|d| wheel.insert(d * 13 + 1, d)).collect();
     let before = wheel.capacity();
     for &key in &keys[100..] {
-        wheel.remove(key);
+        wheel.remove(key, |_| true);
     }
     wheel.shrink_to_fit();
     assert!(wheel.capacity() < before / 10);
@@ -290,7 +299,9 @@ fn shrink_to_fit_after_mass_removal_keeps_the_wheel_working() {
         .map(|d| d * 13 + 1)
         .collect();
     assert_eq!(out, again);
-    assert!(keys.iter().all(|&key| wheel.remove(key).is_none()));
+    assert!(keys
+        .iter()
+        .all(|&key| wheel.remove(key, |_| true).is_none()));
 }
 
 #[test]
@@ -309,7 +320,7 @@ fn bounded_polls_interleave_with_inserts_and_removes() {
     let mut wheel = Wheel::new();
     let mut keys = Vec::new();
     for i in 0..2_000u64 {
-        keys.push(wheel.insert(5_000 + (i % 3), i)); // one level-2 slot
+        keys.push((wheel.insert(5_000 + (i % 3), i), i)); // one level-2 slot
     }
     wheel.insert(100_000, 99_999); // far: must stay
     let mut out = Vec::new();
@@ -319,9 +330,10 @@ fn bounded_polls_interleave_with_inserts_and_removes() {
         steps += 1;
         check_invariants(&wheel);
         assert_eq!(wheel.next_expiration(), Some(5_001));
-        // Remove a few that have not come out yet (keys of those that did are stale: fine).
-        for key in keys.drain(..3.min(keys.len())) {
-            removed.extend(wheel.remove(key));
+        // Remove a few that have not come out yet (the nodes of those that did may hold newer
+        // entries: the value tells them apart).
+        for (key, i) in keys.drain(..3.min(keys.len())) {
+            removed.extend(wheel.remove(key, |&v| v == i));
         }
         // Inserts between steps: one already due, one later than the poll's target.
         wheel.insert(4_000, 10_000 + steps);
@@ -378,7 +390,7 @@ fn staged_slots_come_out_exactly_at_their_deadlines() {
         assert!(moved >= 64, "level {level}: staged {moved}");
         // Removes of staged entries, and an insert into the slot after staging.
         for &(key, deadline) in keys.iter().step_by(5) {
-            assert_eq!(wheel.remove(key), Some(deadline));
+            assert_eq!(wheel.remove(key, |&v| v == deadline), Some(deadline));
             want.retain(|&d| d != deadline);
             check_invariants(&wheel);
         }
@@ -466,7 +478,7 @@ fn staging_survives_crowded_boundaries_scans_shrinks_and_drains() {
                     if let Some((&v, &(_, key))) =
                         model.iter().nth(rand() as usize % model.len().max(1))
                     {
-                        assert_eq!(wheel.remove(key), Some(v));
+                        assert_eq!(wheel.remove(key, |&x| x == v), Some(v));
                         model.remove(&v);
                     }
                 }
