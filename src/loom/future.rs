@@ -86,3 +86,24 @@ fn await_races_run_and_cancel() {
         }
     });
 }
+
+/// A panic's message and the waiter's waker share the body's `Extra` box, which either side
+/// may allocate first: the future must get the message, and be woken, whichever does.
+#[test]
+fn await_races_a_panicking_run() {
+    model("await_races_a_panicking_run", || {
+        // `resume_unwind`: a panic that skips the hook, so loom's many runs print nothing.
+        let task = bare_one_shot(|| -> u32 { std::panic::resume_unwind(Box::new("boom")) });
+        let runner = spawn_run(&task);
+        let (result, wakes) = block_on(Awaiting(task.clone()));
+        match result {
+            // `BareEnv::report_panic`'s message.
+            Err(TaskError::Panicked(message)) => assert_eq!(message, "panicked"),
+            other => panic!("expected the panic, got {other:?}"),
+        }
+        assert!(wakes <= 1);
+        assert_eq!(runner.join().unwrap(), RunOutcome::Finished(End::Panicked));
+        // Taken once: the message went to the future, and a second poll says so.
+        assert_eq!(task.wait(None), Some(Err(TaskError::Taken)));
+    });
+}

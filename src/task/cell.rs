@@ -8,16 +8,17 @@ use super::{
 };
 use crate::error::TaskError;
 use crate::panic::{broken_invariant, call_user, drop_user};
-use crate::sync::Mutex;
+use crate::sync::Guarded;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-/// Where the closure or its result is. Guarded by `TaskCell::body`.
+/// Where the closure or its result is. Guarded by the lock in the task's header.
 ///
-/// An error is kept as a [`Failure`] (a word and a tag), not as the `TaskError` it becomes when
-/// taken (a `String`'s three words): a task's cell is sized for its largest stage, and every
-/// waiting timer pays for it (W1's bytes per pending timer).
+/// Every variant but `Waiting` and `Done` is data-less and a failure is only its kind (a panic's
+/// message waits in the `Extra` box): a task's cell is sized for its largest stage, and every
+/// waiting timer pays for it (W1's bytes per pending timer). With a closure that captures
+/// nothing, the stage is two bytes.
 enum Stage<J: Job> {
     /// Waiting to run: the closure is here.
     Waiting(J),
@@ -31,45 +32,55 @@ enum Stage<J: Job> {
     Taken,
 }
 
-/// A finished task's error as its cell keeps it.
+/// How a task that finished without a value failed, as its cell keeps it.
+#[derive(Clone, Copy)]
 enum Failure {
     Cancelled,
     Shutdown,
-    /// The panic message, behind one pointer (only a panicking run pays the second allocation).
-    /// A thin `Box<String>`, not a `Box<str>`: the fat one would add a word to every cell.
-    #[allow(clippy::box_collection)]
-    Panicked(Box<String>),
+    /// The message is in the body's `Extra`.
+    Panicked,
 }
 
 impl<J: Job> Stage<J> {
-    /// The stage that keeps `result` for the future.
-    fn finished(result: Result<J::Output, TaskError>) -> Self {
+    /// The stage that keeps `result` for the future, and the panic message the body's `Extra`
+    /// keeps beside it.
+    fn finished(result: Result<J::Output, TaskError>) -> (Self, Option<String>) {
         match result {
-            Ok(value) => Stage::Done(value),
-            Err(TaskError::Cancelled) => Stage::Failed(Failure::Cancelled),
-            Err(TaskError::Shutdown) => Stage::Failed(Failure::Shutdown),
-            Err(TaskError::Panicked(message)) => {
-                Stage::Failed(Failure::Panicked(Box::new(message)))
-            }
+            Ok(value) => (Stage::Done(value), None),
+            Err(TaskError::Cancelled) => (Stage::Failed(Failure::Cancelled), None),
+            Err(TaskError::Shutdown) => (Stage::Failed(Failure::Shutdown), None),
+            Err(TaskError::Panicked(message)) => (Stage::Failed(Failure::Panicked), Some(message)),
             Err(TaskError::Taken) => broken_invariant("a task finished with `Taken`"),
         }
     }
 }
 
+/// What only some tasks need, in a box of its own: the waker of whoever waits (a future's
+/// task, or a thread blocked in `join`), and a panicked task's message until the future takes
+/// it. Most timers are cancelled or detached and never allocate it.
+struct Extra {
+    waker: Option<Waker>,
+    message: Option<String>,
+}
+
 struct Body<J: Job> {
     stage: Stage<J>,
-    /// The waker of the task that last polled the future (or of a thread blocked in `join`).
-    /// Boxed: most timers are never waited on (they are cancelled, or detached), and a task
-    /// nobody waits on keeps one word for it instead of two.
-    waker: Option<Box<Waker>>,
+    extra: Option<Box<Extra>>,
+}
+
+impl<J: Job> Body<J> {
+    /// Takes the waiter's waker out, if someone waits.
+    fn take_waker(&mut self) -> Option<Waker> {
+        self.extra.as_mut().and_then(|extra| extra.waker.take())
+    }
 }
 
 /// A task: header, its name if it has one (`N`: `()` or a [`Name`]), and closure-or-result
-/// (with the waker of whoever waits: a future's task, or a thread blocked in `join`).
+/// (with the waker of whoever waits). The body's lock is a byte of the header.
 pub(crate) struct TaskCell<J: Job, N: NameSlot = ()> {
     header: Header,
     name: N,
-    body: Mutex<Body<J>>,
+    body: Guarded<Body<J>>,
 }
 
 impl<J: Job, N: NameSlot> std::fmt::Debug for TaskCell<J, N> {
@@ -106,21 +117,49 @@ impl<J: Job, N: NameSlot> TaskCell<J, N> {
         TaskCell {
             header: Header::new(deadline, job.kind(), shard),
             name,
-            body: Mutex::new(Body {
+            body: Guarded::new(Body {
                 stage: Stage::Waiting(job),
-                waker: None,
+                extra: None,
             }),
         }
+    }
+
+    /// Runs `f` on the body under its lock. `f` stores and takes values; every user value it
+    /// takes out (a closure, a waker) is dropped or called after it returns.
+    ///
+    /// The crate's one `unsafe` call outside `sync/guarded.rs`: the promise that pairs a body
+    /// with its lock.
+    #[inline]
+    #[allow(unsafe_code)]
+    fn body<R>(&self, f: impl FnOnce(&mut Body<J>) -> R) -> R {
+        // SAFETY: the body is private to this cell, and this is the only place that reaches it:
+        // always with the lock of this cell's own header.
+        unsafe { self.body.with(&self.header.body_lock, f) }
     }
 
     /// Stores the final result, then wakes the future. The caller has already moved the state to
     /// a terminal value and dropped every user value it had to drop, so a joiner that returns
     /// finds the closure's captures gone.
     fn complete(&self, result: Result<J::Output, TaskError>) {
-        let mut body = self.body.lock();
-        body.stage = Stage::finished(result);
-        let waker = body.waker.take();
-        drop(body);
+        let (stage, message) = Stage::<J>::finished(result);
+        // A panic's message goes in the `Extra` box: made here, outside the lock, if needed.
+        let mut spare = message.map(|message| {
+            Box::new(Extra {
+                waker: None,
+                message: Some(message),
+            })
+        });
+        let waker = self.body(|body| {
+            body.stage = stage;
+            if let Some(new) = spare.as_mut() {
+                match body.extra.as_mut() {
+                    Some(extra) => extra.message = new.message.take(),
+                    None => body.extra = spare.take(),
+                }
+            }
+            body.take_waker()
+        });
+        drop(spare);
         wake(waker);
     }
 
@@ -128,40 +167,44 @@ impl<J: Job, N: NameSlot> TaskCell<J, N> {
     /// the closure out and stores `failure`, in one critical section. Returns the closure and the
     /// waiter's waker: the caller drops (or hands back) the closure, then wakes, so a joiner
     /// that wakes finds the captures gone.
-    fn finish_waiting(&self, failure: Failure) -> (J, Option<Box<Waker>>) {
-        let mut body = self.body.lock();
-        let job = match std::mem::replace(&mut body.stage, Stage::Failed(failure)) {
-            Stage::Waiting(job) => job,
-            _ => broken_invariant("a task left SCHEDULED but its closure was gone"),
-        };
-        let waker = body.waker.take();
-        (job, waker)
+    fn finish_waiting(&self, failure: Failure) -> (J, Option<Waker>) {
+        self.body(|body| {
+            let job = match std::mem::replace(&mut body.stage, Stage::Failed(failure)) {
+                Stage::Waiting(job) => job,
+                _ => broken_invariant("a task left SCHEDULED but its closure was gone"),
+            };
+            (job, body.take_waker())
+        })
     }
 
     /// Takes the closure out of a task that just left `SCHEDULED` (a run, a cancel or a stop won
     /// it, so it must be here).
     fn take_job(&self) -> J {
-        let mut body = self.body.lock();
-        match std::mem::replace(&mut body.stage, Stage::Running) {
-            Stage::Waiting(job) => job,
-            _ => broken_invariant("a task left SCHEDULED but its closure was gone"),
-        }
+        self.body(
+            |body| match std::mem::replace(&mut body.stage, Stage::Running) {
+                Stage::Waiting(job) => job,
+                _ => broken_invariant("a task left SCHEDULED but its closure was gone"),
+            },
+        )
     }
 
     /// After a periodic run: put the closure back and become `SCHEDULED` for `next`, unless a
     /// cancel came in during the run. `ran_ok`: that run counts as completed.
     fn rearm(&self, env: &dyn RunEnv, job: J, next: u64, ran_ok: bool, now: u64) -> RunOutcome {
         self.header.set_deadline(next);
-        let mut body = self.body.lock();
-        body.stage = Stage::Waiting(job);
-        // The closure is back in the body before the task can be seen as SCHEDULED again, so a
-        // canceller that wins SCHEDULED -> CANCELLED finds it there.
-        if self.header.state.rearm() {
+        let cancelled = self.body(|body| {
+            body.stage = Stage::Waiting(job);
+            // The closure is back in the body before the task can be seen as SCHEDULED again,
+            // so a canceller that wins SCHEDULED -> CANCELLED finds it there.
+            if self.header.state.rearm() {
+                return None;
+            }
+            // RunningCancelled: the cancel returned true; no run may follow.
+            Some(std::mem::replace(&mut body.stage, Stage::Running))
+        });
+        let Some(job) = cancelled else {
             return RunOutcome::Rearm { ran_ok, now };
-        }
-        // RunningCancelled: the cancel returned true; no run may follow.
-        let job = std::mem::replace(&mut body.stage, Stage::Running);
-        drop(body);
+        };
         drop_user(job);
         self.header.state.finish_cancelled_run();
         env.run_ending(End::Cancelled, ran_ok);
@@ -298,35 +341,68 @@ impl<J: Job, N: NameSlot> RawTask for TaskCell<J, N> {
     }
 
     fn rebase(&self, deadline: u64) {
-        if let Stage::Waiting(job) = &mut self.body.lock().stage {
-            job.rebase(deadline);
-        }
+        self.body(|body| {
+            if let Stage::Waiting(job) = &mut body.stage {
+                job.rebase(deadline);
+            }
+        });
     }
+}
+
+/// What a poll found under the lock.
+enum Found<T> {
+    Ready(Result<T, TaskError>),
+    /// Not finished, and the registered waker already wakes this poller.
+    Registered,
+    Pending,
 }
 
 impl<J: Job, N: NameSlot> TaskResult<J::Output> for TaskCell<J, N> {
     fn poll_result(&self, cx: &mut Context<'_>) -> Poll<Result<J::Output, TaskError>> {
         // Waker clones and drops are executor code: none of it runs under the body lock, where a
         // waker that cancelled this very task would deadlock.
-        let mut body = self.body.lock();
-        if let Some(result) = take_done(&mut body) {
-            return Poll::Ready(result);
+        let found = self.body(|body| {
+            if let Some(result) = take_done(body) {
+                return Found::Ready(result);
+            }
+            let registered = body.extra.as_ref().and_then(|extra| extra.waker.as_ref());
+            if registered.is_some_and(|w| w.will_wake(cx.waker())) {
+                Found::Registered
+            } else {
+                Found::Pending
+            }
+        });
+        match found {
+            Found::Ready(result) => return Poll::Ready(result),
+            Found::Registered => return Poll::Pending,
+            Found::Pending => {}
         }
-        if body.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-            return Poll::Pending;
-        }
-        drop(body);
-        let new = Box::new(cx.waker().clone());
-        let mut body = self.body.lock();
-        if let Some(result) = take_done(&mut body) {
-            drop(body);
-            drop(new);
-            return Poll::Ready(result);
-        }
-        let old = body.waker.replace(new);
-        drop(body);
+        let mut new = Some(Box::new(Extra {
+            waker: Some(cx.waker().clone()),
+            message: None,
+        }));
+        let (ready, old) = self.body(|body| {
+            if let Some(result) = take_done(body) {
+                return (Some(result), None);
+            }
+            let old = match body.extra.as_mut() {
+                Some(extra) => std::mem::replace(
+                    &mut extra.waker,
+                    new.as_mut().and_then(|new| new.waker.take()),
+                ),
+                None => {
+                    body.extra = new.take();
+                    None
+                }
+            };
+            (None, old)
+        });
+        drop(new);
         drop(old);
-        Poll::Pending
+        match ready {
+            Some(result) => Poll::Ready(result),
+            None => Poll::Pending,
+        }
     }
 
     fn wait(&self, deadline: Option<Instant>) -> Option<Result<J::Output, TaskError>> {
@@ -339,10 +415,15 @@ impl<J: Job, N: NameSlot> TaskResult<J::Output> for TaskCell<J, N> {
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 // Timed out: leave no waker behind that would unpark this thread later.
-                let mut body = self.body.lock();
-                let ours = body.waker.as_ref().is_some_and(|w| w.will_wake(&waker));
-                let stale = if ours { body.waker.take() } else { None };
-                drop(body);
+                let stale = self.body(|body| {
+                    let extra = body.extra.as_mut()?;
+                    let ours = extra.waker.as_ref().is_some_and(|w| w.will_wake(&waker));
+                    if ours {
+                        extra.waker.take()
+                    } else {
+                        None
+                    }
+                });
                 drop(stale);
                 return None;
             }
@@ -354,10 +435,10 @@ impl<J: Job, N: NameSlot> TaskResult<J::Output> for TaskCell<J, N> {
 /// Wakes whoever waits on a task. An executor's wake is not ours to trust: a panic in it must
 /// not unwind a worker or the timer thread half way through their bookkeeping.
 #[inline]
-fn wake(waker: Option<Box<Waker>>) {
+fn wake(waker: Option<Waker>) {
     if let Some(w) = waker {
         // The payload too is the executor's: its `Drop` may panic (`drop_payload`).
-        call_user(move || (*w).wake());
+        call_user(move || w.wake());
     }
 }
 
@@ -368,11 +449,14 @@ fn take_done<J: Job>(body: &mut Body<J>) -> Option<Result<J::Output, TaskError>>
         Stage::Done(_) | Stage::Failed(_) => {
             match std::mem::replace(&mut body.stage, Stage::Taken) {
                 Stage::Done(value) => Some(Ok(value)),
-                Stage::Failed(failure) => Some(Err(match failure {
-                    Failure::Cancelled => TaskError::Cancelled,
-                    Failure::Shutdown => TaskError::Shutdown,
-                    Failure::Panicked(message) => TaskError::Panicked(*message),
-                })),
+                Stage::Failed(Failure::Cancelled) => Some(Err(TaskError::Cancelled)),
+                Stage::Failed(Failure::Shutdown) => Some(Err(TaskError::Shutdown)),
+                Stage::Failed(Failure::Panicked) => {
+                    let message = body.extra.as_mut().and_then(|extra| extra.message.take());
+                    let message = message
+                        .unwrap_or_else(|| broken_invariant("a panicked task kept no message"));
+                    Some(Err(TaskError::Panicked(message)))
+                }
                 _ => unreachable!(),
             }
         }
@@ -386,24 +470,162 @@ mod size_tests {
     use super::*;
     use crate::task::OneShot;
 
+    /// The cell of a one-shot task running `_f`.
+    fn cell_size<F: FnOnce() + Send + 'static>(_f: F) -> usize {
+        std::mem::size_of::<TaskCell<OneShot<F>>>()
+    }
+
     /// A pending timer's task is one allocation: the `Arc`'s two counts plus this cell. Keep it
     /// from growing unnoticed (W1 measures memory per pending timer).
     #[test]
     fn a_capture_less_task_cell_stays_small() {
-        // State, kind, shard and a 40-bit id in one word, then the deadline and the wheel key:
-        // as small as before tasks had ids and names. An unnamed task keeps no name at all; a
-        // named one a thin pointer more.
+        // State, body lock, shard and a 40-bit id in one word, then the deadline, then the
+        // wheel key and the kind. An unnamed task keeps no name at all; a named one a thin
+        // pointer more.
         assert_eq!(std::mem::size_of::<Header>(), 24);
-        // The lock (a byte, padded to a word), the stage (a word and a tag: an error is a
-        // `Failure`) and the boxed waker: with the `Arc`'s counts 72 bytes, the 80-byte malloc
-        // chunk (it was 88 bytes and the 96-byte chunk with the waker inline and a `TaskError`
-        // in the stage).
-        assert!(std::mem::size_of::<TaskCell<OneShot<fn()>>>() <= 56);
+        // The stage (two bytes for a closure that captures nothing) and the `Extra` box: with
+        // the `Arc`'s counts 56 bytes, glibc's 64-byte chunk (it was the 80-byte one with the
+        // lock in a word of its own and a boxed message in the stage).
+        assert_eq!(cell_size(|| ()), 40);
+        // A pointer-sized capture needs the stage's tag beside it: one word more.
+        let captured = std::sync::Arc::new(());
+        assert_eq!(cell_size(move || drop(captured)), 48);
         assert_eq!(
             std::mem::size_of::<TaskCell<OneShot<fn()>, Name>>(),
             std::mem::size_of::<TaskCell<OneShot<fn()>>>() + 8
         );
         // Each pending task also holds one wheel entry (a fat `Arc<dyn RawTask>` plus links).
         assert_eq!(crate::wheel::Wheel::<crate::task::TaskRef>::ENTRY_SIZE, 32);
+    }
+}
+
+/// The body's paths (result, panic message, waker, cancel) across threads; small enough for
+/// Miri, which checks the lock-byte cell (`sync/guarded.rs`) on each of them.
+#[cfg(all(test, not(wheelpool_loom)))]
+mod body_tests {
+    use super::*;
+    use crate::task::{OneShot, TaskInfo};
+    use std::any::Any;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::Wake;
+
+    struct Env;
+
+    impl RunEnv for Env {
+        fn now_nanos(&self) -> u64 {
+            0
+        }
+        fn stopping(&self) -> bool {
+            false
+        }
+        fn report_panic(&self, _task: TaskInfo, payload: Box<dyn Any + Send>) -> String {
+            payload
+                .downcast_ref::<&str>()
+                .map_or_else(|| "?".to_owned(), |m| (*m).to_owned())
+        }
+        fn run_ending(&self, _end: End, _ran_ok: bool) {}
+    }
+
+    #[derive(Default)]
+    struct Counter(AtomicUsize);
+
+    impl Wake for Counter {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    type Task<T> = Arc<TaskCell<OneShot<Box<dyn FnOnce() -> T + Send>>>>;
+
+    fn one_shot<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Task<T> {
+        Arc::new(TaskCell::new(OneShot::new(Box::new(f) as Box<_>), 0, 0))
+    }
+
+    /// Polls until ready with a waker that counts its wakes.
+    fn poll_once<T: 'static>(
+        task: &dyn TaskResult<T>,
+        waker: &Arc<Counter>,
+    ) -> Poll<Result<T, TaskError>> {
+        let waker = Waker::from(Arc::clone(waker));
+        task.poll_result(&mut Context::from_waker(&waker))
+    }
+
+    #[test]
+    fn a_waiter_gets_the_value_whichever_side_comes_first() {
+        for _ in 0..if cfg!(miri) { 3 } else { 50 } {
+            let task = one_shot(|| 7u32);
+            let runner = {
+                let task = Arc::clone(&task);
+                std::thread::spawn(move || task.run(&Env))
+            };
+            assert_eq!(task.wait(None), Some(Ok(7)));
+            assert_eq!(runner.join().unwrap(), RunOutcome::Finished(End::Completed));
+            assert_eq!(task.wait(None), Some(Err(TaskError::Taken)));
+        }
+    }
+
+    #[test]
+    fn a_panic_message_reaches_a_waiter_registered_before_or_after() {
+        // Registered before: the message joins the waiter's `Extra` box.
+        let task = one_shot(|| -> u32 { std::panic::resume_unwind(Box::new("boom")) });
+        let counter = Arc::new(Counter::default());
+        assert!(poll_once(&*task, &counter).is_pending());
+        assert_eq!(task.run(&Env), RunOutcome::Finished(End::Panicked));
+        assert_eq!(counter.0.load(Ordering::SeqCst), 1, "woken once");
+        assert_eq!(
+            poll_once(&*task, &counter),
+            Poll::Ready(Err(TaskError::Panicked("boom".into())))
+        );
+        // Nobody waited: the message has a box of its own.
+        let task = one_shot(|| -> u32 { std::panic::resume_unwind(Box::new("late")) });
+        assert_eq!(task.run(&Env), RunOutcome::Finished(End::Panicked));
+        assert_eq!(
+            task.wait(None),
+            Some(Err(TaskError::Panicked("late".into())))
+        );
+    }
+
+    #[test]
+    fn a_new_waker_replaces_the_old_and_only_it_is_woken() {
+        let task = one_shot(|| 1u8);
+        let (first, second) = (Arc::new(Counter::default()), Arc::new(Counter::default()));
+        assert!(poll_once(&*task, &first).is_pending());
+        assert!(poll_once(&*task, &first).is_pending(), "same waker: kept");
+        assert!(poll_once(&*task, &second).is_pending());
+        assert_eq!(Arc::strong_count(&first), 1, "the old waker was dropped");
+        assert_eq!(task.cancel(), Cancelled::Waiting);
+        assert_eq!(first.0.load(Ordering::SeqCst), 0);
+        assert_eq!(second.0.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            poll_once(&*task, &second),
+            Poll::Ready(Err(TaskError::Cancelled))
+        );
+        assert_eq!(
+            Arc::strong_count(&second),
+            1,
+            "the task keeps no waker once done"
+        );
+    }
+
+    #[test]
+    fn a_timed_out_join_leaves_no_waker_behind() {
+        let task = one_shot(|| 1u8);
+        let soon = Instant::now() + std::time::Duration::from_millis(1);
+        assert_eq!(task.wait(Some(soon)), None);
+        let registered = task.body(|body| {
+            body.extra
+                .as_ref()
+                .is_some_and(|extra| extra.waker.is_some())
+        });
+        // `will_wake` is best-effort: under Miri a vtable's address may differ between uses, and
+        // the waker left behind would only unpark this thread once, spuriously.
+        assert!(!registered || cfg!(miri));
+        let canceller = {
+            let task = Arc::clone(&task);
+            std::thread::spawn(move || task.cancel())
+        };
+        assert_eq!(task.wait(None), Some(Err(TaskError::Cancelled)));
+        assert_eq!(canceller.join().unwrap(), Cancelled::Waiting);
     }
 }

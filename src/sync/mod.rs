@@ -13,6 +13,10 @@
 //! of any modelled protocol (`Arc`, `Weak`, `OnceLock`, and the [`plain`] atomics of counters
 //! and ids) are re-exported below with the reason.
 
+mod guarded;
+
+pub(crate) use guarded::{ByteLock, Guarded};
+
 #[cfg(not(wheelpool_loom))]
 mod imp {
     pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard};
