@@ -36,11 +36,13 @@ mod imp {
         pub(crate) const fn new() -> Self {
             RawLock(parking_lot::RawMutex::INIT)
         }
+        #[inline]
         pub(crate) fn lock(&self) {
             self.0.lock();
         }
         /// # Safety
         /// The lock is held, by this context.
+        #[inline]
         pub(crate) unsafe fn unlock(&self) {
             // SAFETY: the caller holds the lock (this function's contract).
             unsafe { self.0.unlock() };
@@ -51,6 +53,7 @@ mod imp {
     ///
     /// # Safety
     /// No other reference to the value exists while `f` runs.
+    #[inline]
     pub(crate) unsafe fn with_mut<T, R>(cell: &UnsafeCell<T>, f: impl FnOnce(&mut T) -> R) -> R {
         // SAFETY: exclusive for the duration of `f` (this function's contract).
         f(unsafe { &mut *cell.get() })
@@ -118,6 +121,7 @@ impl std::fmt::Debug for ByteLock {
 struct Unlock<'a>(&'a ByteLock);
 
 impl Drop for Unlock<'_> {
+    #[inline]
     fn drop(&mut self) {
         // SAFETY: an `Unlock` is made only right after `lock()` returned in `Guarded::with`,
         // and dropped once, when that call ends: the lock is held by this context.
