@@ -36,9 +36,10 @@ impl Level {
         self.slots[slot].head()
     }
 
-    /// Puts node `index` in `slot`. O(1).
-    pub(super) fn push<T>(&mut self, slab: &mut Slab<T>, slot: usize, index: u32) {
-        slab.push_front(&mut self.slots[slot], index);
+    /// Puts node `index` in `slot`; `base` is the list id of this level's slot 0 (the wheel's
+    /// numbering of its lists). O(1).
+    pub(super) fn push<T>(&mut self, slab: &mut Slab<T>, base: u32, slot: usize, index: u32) {
+        slab.push_front(&mut self.slots[slot], base + slot as u32, index);
         self.occupied |= 1 << slot;
     }
 
@@ -89,9 +90,9 @@ mod tests {
         let a = slab.insert(0, ());
         let b = slab.insert(0, ());
         let c = slab.insert(0, ());
-        level.push(&mut slab, 9, a);
-        level.push(&mut slab, 9, b);
-        level.push(&mut slab, 40, c);
+        level.push(&mut slab, 0, 9, a);
+        level.push(&mut slab, 0, 9, b);
+        level.push(&mut slab, 0, 40, c);
         assert_eq!(level.occupied, (1 << 9) | (1 << 40));
         assert_eq!(level.next_occupied(0), Some(9));
         assert_eq!(level.next_occupied(10), Some(40));

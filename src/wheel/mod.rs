@@ -21,8 +21,10 @@
 //! - Every other entry is linked at level `level_for(cursor, deadline)` (the highest 6-bit digit
 //!   in which its deadline differs from `cursor`), slot `slot_for(deadline, level)`. Its deadline
 //!   shares all higher digits with `cursor`, and its digit at that level is greater than
-//!   `cursor`'s. Each node records which list holds it (its level, or the due list), so `remove`
-//!   is an O(1) unlink whatever the cursor has done since the insert.
+//!   `cursor`'s. The first node of every list carries that list's id (its back link's head
+//!   mark, `slab.rs`), so `remove` is an O(1) unlink whatever the cursor has done since the
+//!   insert: a node inside a list is unlinked from its neighbours alone, a head from the list
+//!   its mark names.
 //! - Consequently the earliest non-empty slot is the first occupied one of the lowest non-empty
 //!   level, and every entry in it is due at or after that slot's first tick. Polling jumps the
 //!   cursor from one such slot to the next (bitmap look-ups, never tick by tick) and *cascades*
@@ -30,8 +32,8 @@
 //!   level. An entry thus moves at most 10 times in its life and is never lost or duplicated.
 //! - A cascade may be done ahead of time, a bounded step at a time ([`Wheel::stage_ahead`],
 //!   `stage.rs`): each level has a spare set of slot lists that the next coarser level's
-//!   upcoming slot is staged into, made live in O(1) when that slot comes. A node's `place`
-//!   names its level and which of the two sets holds it.
+//!   upcoming slot is staged into, made live in O(1) when that slot comes. The two sets' slots
+//!   are distinct lists with distinct ids.
 
 // Private to the crate unless the `bench-wheel` feature exposes it (hidden) to its benchmark:
 // the items are `pub` for that build, and some are only used by it or by the tests.
@@ -39,12 +41,12 @@
 
 //! # Memory
 //!
-//! One entry costs one slab node: 16 bytes of bookkeeping (deadline, two links, the second
-//! carrying the node's place) plus `Option<T>`, rounded up to 8. That is **24 bytes** for
+//! One entry costs one slab node: 16 bytes of bookkeeping (a deadline and two links) plus
+//! `Option<T>`, rounded up to 8. That is **24 bytes** for
 //! `T = ()` or a thin pointer with a niche such as `Arc<Task>`, and **32 bytes** for a fat one
 //! such as the pool's `Arc<dyn RawTask>` ([`Wheel::ENTRY_SIZE`]), plus the `Vec`'s growth slack
 //! (at most 2x until [`shrink_to_fit`](Wheel::shrink_to_fit)). The levels and their spares add
-//! a fixed 5.8 KB. One wheel holds at most 2^27 - 1 entries (134 million).
+//! a fixed 5.8 KB. One wheel holds some 4.29 billion entries at most.
 
 mod bits;
 mod key;
@@ -118,18 +120,19 @@ pub struct Wheel<T> {
     slab: Slab<T>,
 }
 
-/// The slot a bounded poll is cascading: its remaining entries, and the level and slot they
-/// were linked at (their `place` still says that level, which is how `remove` finds them).
+/// The slot a bounded poll is cascading: its remaining entries (list [`CASCADING_LIST`]), and
+/// the level and slot they were linked at.
 ///
-/// `back`: the entries that were staged (see `stage.rs`) into the cursor's own slot of the
-/// level below, which is slot 0 there (the cursor stands at the slot's first tick). They belong
-/// finer still and are cascaded with the slot, a budget at a time, where they are: their
-/// `place` names that finer level, and no other entry can be linked at the cursor's own slot
-/// of any level, so `remove` finds them here too.
+/// `back` ([`BACK_LIST`]): the entries that were staged (see `stage.rs`) into the cursor's own
+/// slot of the level below, which is slot 0 there (the cursor stands at the slot's first tick).
+/// They belong finer still and are cascaded with the slot, a budget at a time, where they are.
 #[derive(Clone, Copy)]
 struct Cascade {
     list: List,
+    /// Where the slot was: only the invariant checks read it (a head mark finds the list).
+    #[cfg_attr(not(all(test, not(wheelpool_loom))), allow(dead_code))]
     level: usize,
+    #[cfg_attr(not(all(test, not(wheelpool_loom))), allow(dead_code))]
     slot: usize,
     back: List,
 }
@@ -142,38 +145,40 @@ impl Cascade {
         back: List::EMPTY,
     };
 
-    fn holds(&self, level: usize, slot: usize) -> bool {
-        self.level == level && self.slot == slot
-    }
-
-    /// True if an entry linked at `level`, `slot` of a live list is in `back`.
-    fn holds_back(&self, level: usize, slot: usize) -> bool {
-        self.level == level + 1 && slot == 0
-    }
-
     /// True while entries of the slot wait to be cascaded.
     fn is_empty(&self) -> bool {
         self.list.is_empty() && self.back.is_empty()
     }
 }
 
-/// `place` of a node in the due list. A node in a level's list has `place_of(level, buffer)`,
-/// which is below it.
-const DUE: u8 = slab::MAX_PLACE;
+/// The ids of the wheel's lists, carried by each list's first node (see `slab.rs`): the due
+/// list, the slot being cascaded, its sent-back entries, then every slot of both sets of every
+/// level ([`level_base`]).
+const DUE_LIST: u32 = 0;
+const CASCADING_LIST: u32 = 1;
+const BACK_LIST: u32 = 2;
+const FIRST_SLOT_LIST: u32 = 3;
+
+// Every id fits in a head mark.
+const _: () = assert!(
+    FIRST_SLOT_LIST as usize + 2 * NUM_LEVELS * bits::SLOTS <= slab::MAX_LIST_ID as usize + 1
+);
+
+/// The list id of slot 0 of `levels[level][buffer]`; slot `s` is that plus `s`.
+fn level_base(level: usize, buffer: usize) -> u32 {
+    debug_assert!(level < NUM_LEVELS && buffer < 2);
+    FIRST_SLOT_LIST + ((level * 2 + buffer) * bits::SLOTS) as u32
+}
+
+/// `(level, buffer, slot)` of a slot list's id.
+fn slot_of(id: u32) -> (usize, usize, usize) {
+    let n = (id - FIRST_SLOT_LIST) as usize;
+    let (sets, slot) = (n / bits::SLOTS, n % bits::SLOTS);
+    (sets / 2, sets % 2, slot)
+}
 
 /// `stage[l]` when level `l` stages no slot.
 const NO_STAGE: u8 = u8::MAX;
-
-/// The `place` of a node linked at `level` in `levels[level][buffer]`.
-fn place_of(level: usize, buffer: usize) -> u8 {
-    debug_assert!(level < NUM_LEVELS && buffer < 2);
-    (level | buffer << 4) as u8
-}
-
-/// `(level, buffer)` of a `place` other than [`DUE`].
-fn level_of(place: u8) -> (usize, usize) {
-    (usize::from(place & 15), usize::from(place >> 4))
-}
 
 impl<T> Wheel<T> {
     /// Bytes of slab storage per entry, the value included (see the module docs on memory).
@@ -313,7 +318,7 @@ impl<T> Wheel<T> {
     ///
     /// # Panics
     ///
-    /// Panics if the wheel already holds 2^27 - 1 entries (see the module docs on memory).
+    /// Panics if the wheel already holds `u32::MAX - 4095` entries.
     ///
     /// # Examples
     ///
@@ -372,8 +377,8 @@ impl<T> Wheel<T> {
     /// assert_eq!(wheel.len(), 1);
     /// ```
     pub fn remove(&mut self, key: Key, is_entry: impl FnOnce(&T) -> bool) -> Option<T> {
-        let deadline = self.slab.live_deadline(key.index, is_entry)?;
-        self.unlink(key.index, deadline);
+        self.slab.live_deadline(key.index, is_entry)?;
+        self.unlink(key.index);
         Some(self.slab.vacate(key.index))
     }
 
@@ -520,8 +525,8 @@ impl<T> Wheel<T> {
         debug_assert!(deadline > self.cursor);
         let level = level_for(self.cursor, deadline);
         let buffer = self.live_buffer(level);
-        self.slab.set_place(index, place_of(level, buffer));
-        self.levels[level][buffer].push(&mut self.slab, slot_for(deadline, level), index);
+        let base = level_base(level, buffer);
+        self.levels[level][buffer].push(&mut self.slab, base, slot_for(deadline, level), index);
     }
 
     /// Which of `levels[level]` is live.
@@ -536,27 +541,24 @@ impl<T> Wheel<T> {
 
     /// Puts the occupied node `index` on the due list.
     fn push_due(&mut self, index: u32) {
-        self.slab.set_place(index, DUE);
-        self.slab.push_front(&mut self.due, index);
+        self.slab.push_front(&mut self.due, DUE_LIST, index);
     }
 
-    /// Takes the occupied node `index`, due at `deadline`, out of whichever list holds it.
-    fn unlink(&mut self, index: u32, deadline: u64) {
-        match self.slab.place(index) {
-            DUE => self.slab.unlink(&mut self.due, index),
-            place => {
-                let (level, buffer) = level_of(place);
-                let slot = slot_for(deadline, level);
-                // The cascading slot was taken from a live level; a spare's slot with the same
-                // numbers is another list.
-                let live = buffer == self.live_buffer(level);
-                if live && self.cascading.holds(level, slot) {
-                    self.slab.unlink(&mut self.cascading.list, index);
-                } else if live && self.cascading.holds_back(level, slot) {
-                    self.slab.unlink(&mut self.cascading.back, index);
-                } else {
-                    self.levels[level][buffer].unlink(&mut self.slab, slot, index);
-                }
+    /// Takes the occupied node `index` out of whichever list holds it: a node inside a list
+    /// from its neighbours alone, a list's first node from the list its head mark names.
+    fn unlink(&mut self, index: u32) {
+        match self.slab.head_of(index) {
+            None => {
+                // Not a head: its list is not touched.
+                let mut unused = List::EMPTY;
+                self.slab.unlink(&mut unused, index);
+            }
+            Some(DUE_LIST) => self.slab.unlink(&mut self.due, index),
+            Some(CASCADING_LIST) => self.slab.unlink(&mut self.cascading.list, index),
+            Some(BACK_LIST) => self.slab.unlink(&mut self.cascading.back, index),
+            Some(id) => {
+                let (level, buffer, slot) = slot_of(id);
+                self.levels[level][buffer].unlink(&mut self.slab, slot, index);
             }
         }
     }

@@ -12,14 +12,14 @@
 //!   unfinished: the slot being cascaded starts at `cursor`, and the slots behind `now` that
 //!   the poll has not reached yet are still linked relative to `cursor`, exactly as before.
 //! - The slot being cascaded is detached from its level (its bitmap bit is clear) and kept in
-//!   `cascading`. Its entries still record that level as their `place`, and no other entry can
-//!   be linked at that level and slot while the cursor stands at the slot's first tick (a later
-//!   deadline inside the slot lands on a finer level), so `remove` finds them there.
+//!   `cascading`; its head is marked as that list's, so `remove` finds its entries there. No
+//!   other entry can be linked at that level and slot while the cursor stands at the slot's
+//!   first tick (a later deadline inside the slot lands on a finer level).
 //! - A staged slot's entries sent back by the flip (`stage.rs`) wait in `cascading.back` and are
 //!   cascaded first, within the same budget.
 //! - [`Wheel::next_expiration`] answers `now` while a poll is unfinished: there is more to do.
 
-use super::{Cascade, Wheel};
+use super::{Cascade, Wheel, BACK_LIST, CASCADING_LIST};
 
 impl<T> Wheel<T> {
     /// Like [`poll_expired`](Wheel::poll_expired), but does at most `budget` units of work
@@ -94,6 +94,9 @@ impl<T> Wheel<T> {
                     let back = self.unstage(level, slot);
                     let buffer = self.live_buffer(level);
                     let list = self.levels[level][buffer].take_slot(slot);
+                    // The two lists are known by new ids now (see `Wheel::unlink`).
+                    self.slab.mark_head(list, CASCADING_LIST);
+                    self.slab.mark_head(back, BACK_LIST);
                     self.cascading = Cascade {
                         list,
                         level,
@@ -147,8 +150,7 @@ impl<T> Wheel<T> {
         for index in from..end {
             let index = index as u32; // the slab holds fewer than u32::MAX nodes
             if self.slab.value(index).is_some_and(&mut pick) {
-                let deadline = self.slab.deadline(index);
-                self.unlink(index, deadline);
+                self.unlink(index);
                 out.push(self.slab.vacate(index));
             }
         }

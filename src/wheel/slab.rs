@@ -3,35 +3,33 @@
 //! Ground rules:
 //! - Every entry is one [`Node`] in one `Vec`; lists link nodes by `u32` index, so there are no
 //!   pointers, no `unsafe` and no allocation per entry. [`NIL`] (`u32::MAX`) is "no node".
-//! - A node is *occupied* while `value` is `Some`. It is then in exactly one [`List`]; the node
-//!   records which (its `place`, set by the wheel), so it can be unlinked in O(1).
+//! - A node is *occupied* while `value` is `Some`. It is then in exactly one [`List`].
+//! - A node's back link is the index of the node before it in its list; the list's first node
+//!   keeps there instead a *head mark*, [`HEAD`] plus the list's id (given by the wheel), so
+//!   the node's list can be found in O(1) without a field of its own: only unlinking a head
+//!   changes a list. Whoever moves a whole list (the wheel taking a slot to cascade it) marks
+//!   its head again ([`Slab::mark_head`]).
 //! - A *vacant* node is on the free list, linked through `next`; its back link is unused.
 //!   Freeing a node drops nothing itself: the value is moved out to the caller, who drops it at
 //!   once or keeps it.
 //! - An index names a node, not an entry: once an entry leaves, its index may be given to the
 //!   next one. Whoever keeps an index past its entry's life tells its entry from a newer one
 //!   by the value (the wheel's `remove` asks it to), so a node keeps no generation.
-//! - The back link and the place share one `u32`: the previous node's index in the low
-//!   [`INDEX_BITS`] bits, the place in the high ones. So a slab holds at most [`MAX_NODES`]
-//!   nodes, and a node is 16 bytes plus `Option<T>`.
+//! - Indices stay below [`HEAD`], so a slab holds at most [`MAX_NODES`] nodes.
 
 use std::mem;
 
 /// "No node": the end of a list, or an empty list.
 pub(super) const NIL: u32 = u32::MAX;
 
-/// Bits of a node's back link that hold the previous node's index.
-const INDEX_BITS: u32 = 27;
+/// The first head mark: a back link at or above it is `HEAD + id` of the node's list.
+const HEAD: u32 = u32::MAX - MAX_LIST_ID;
 
-/// The back link's "no previous node" (the node heads its list).
-const NO_PREV: u32 = (1 << INDEX_BITS) - 1;
+/// The largest list id a head mark can carry.
+pub(super) const MAX_LIST_ID: u32 = 4095;
 
-/// The most nodes one slab holds: indices run below [`NO_PREV`]. 134 million entries in one
-/// wheel, some 4 GB of nodes alone at 32 bytes each.
-pub(super) const MAX_NODES: usize = NO_PREV as usize;
-
-/// The largest place a node can record (the high bits of its back link).
-pub(super) const MAX_PLACE: u8 = (u32::MAX >> INDEX_BITS) as u8;
+/// The most nodes one slab holds: indices run below [`HEAD`] (some 4.29 billion).
+pub(super) const MAX_NODES: usize = HEAD as usize;
 
 /// One entry's storage: a deadline and two links (16 bytes) plus `Option<T>`, rounded up to 8.
 /// That is 24 bytes for `T = ()` or a thin pointer with a niche (`Arc<T>`, `Box<T>`), 32 for a
@@ -39,33 +37,13 @@ pub(super) const MAX_PLACE: u8 = (u32::MAX >> INDEX_BITS) as u8;
 pub(super) struct Node<T> {
     /// Absolute tick at which the entry is due.
     deadline: u64,
-    /// The previous node in this node's list ([`NO_PREV`] at the head) in the low
-    /// [`INDEX_BITS`] bits; the place (which list holds the node, set by the wheel) above them.
+    /// The previous node in this node's list, or the head mark of the list if this node is its
+    /// first (see the ground rules).
     back: u32,
     /// Next node in this node's list (or in the free list when vacant), or [`NIL`].
     next: u32,
     /// `Some` exactly while the node is occupied.
     value: Option<T>,
-}
-
-impl<T> Node<T> {
-    /// The previous node in the list, or [`NIL`] at its head.
-    fn prev(&self) -> u32 {
-        match self.back & NO_PREV {
-            NO_PREV => NIL,
-            prev => prev,
-        }
-    }
-
-    /// Sets the previous node ([`NIL`]: none), keeping the place.
-    fn set_prev(&mut self, prev: u32) {
-        let prev = if prev == NIL { NO_PREV } else { prev };
-        self.back = (self.back & !NO_PREV) | prev;
-    }
-
-    fn place(&self) -> u8 {
-        (self.back >> INDEX_BITS) as u8
-    }
 }
 
 /// The head of an intrusive list of slab nodes.
@@ -132,7 +110,7 @@ impl<T> Slab<T> {
             let node = &mut self.nodes[index as usize];
             self.free = node.next;
             node.deadline = deadline;
-            node.back = NO_PREV;
+            node.back = NIL;
             node.next = NIL;
             node.value = Some(value);
             index
@@ -163,7 +141,7 @@ impl<T> Slab<T> {
         );
         self.nodes.push(Node {
             deadline,
-            back: NO_PREV,
+            back: NIL,
             next: NIL,
             value: Some(value),
         });
@@ -188,16 +166,25 @@ impl<T> Slab<T> {
         self.nodes[index as usize].deadline
     }
 
-    /// Which list holds node `index` (see [`Node::back`]).
-    pub(super) fn place(&self, index: u32) -> u8 {
-        self.nodes[index as usize].place()
+    /// The id of the list the occupied node `index` heads, or `None` if it is not a head.
+    pub(super) fn head_of(&self, index: u32) -> Option<u32> {
+        let back = self.nodes[index as usize].back;
+        (back >= HEAD).then(|| back - HEAD)
     }
 
-    /// Records which list holds node `index`; at most [`MAX_PLACE`].
-    pub(super) fn set_place(&mut self, index: u32, place: u8) {
-        debug_assert!(place <= MAX_PLACE);
-        let node = &mut self.nodes[index as usize];
-        node.back = (node.back & NO_PREV) | u32::from(place) << INDEX_BITS;
+    /// The node before `index` in its list (tests only; not meaningful for a head).
+    #[cfg(all(test, not(wheelpool_loom)))]
+    pub(super) fn prev(&self, index: u32) -> u32 {
+        self.nodes[index as usize].back
+    }
+
+    /// Marks the head of `list` (if any) as the head of the list with id `id`: the list was
+    /// moved, and is now known by that id.
+    pub(super) fn mark_head(&mut self, list: List, id: u32) {
+        debug_assert!(id <= MAX_LIST_ID);
+        if list.head != NIL {
+            self.nodes[list.head as usize].back = HEAD + id;
+        }
     }
 
     /// The value of node `index` if it is occupied (for scans over the slab).
@@ -234,30 +221,32 @@ impl<T> Slab<T> {
         value
     }
 
-    /// Pushes the occupied node `index` at the front of `list`.
-    pub(super) fn push_front(&mut self, list: &mut List, index: u32) {
+    /// Pushes the occupied node `index` at the front of `list`, whose id is `id`.
+    pub(super) fn push_front(&mut self, list: &mut List, id: u32, index: u32) {
+        debug_assert!(id <= MAX_LIST_ID);
         let old_head = list.head;
         if old_head != NIL {
-            self.nodes[old_head as usize].set_prev(index);
+            self.nodes[old_head as usize].back = index;
         }
         let node = &mut self.nodes[index as usize];
-        node.set_prev(NIL);
+        node.back = HEAD + id;
         node.next = old_head;
         list.head = index;
     }
 
-    /// Unlinks node `index` from `list`, which must be the list it is in. O(1).
+    /// Unlinks node `index` from its list, which must be `list` if the node heads it (any list
+    /// otherwise: it is not touched). O(1).
     pub(super) fn unlink(&mut self, list: &mut List, index: u32) {
-        let node = &self.nodes[index as usize];
-        let (prev, next) = (node.prev(), node.next);
-        if prev == NIL {
+        let Node { back, next, .. } = self.nodes[index as usize];
+        if back >= HEAD {
             debug_assert_eq!(list.head, index, "wheel: unlinking from the wrong list");
             list.head = next;
         } else {
-            self.nodes[prev as usize].next = next;
+            self.nodes[back as usize].next = next;
         }
         if next != NIL {
-            self.nodes[next as usize].set_prev(prev);
+            // The next node takes this one's back link: its previous node, or the head mark.
+            self.nodes[next as usize].back = back;
         }
     }
 
@@ -301,7 +290,7 @@ mod tests {
     #[test]
     #[cfg(target_pointer_width = "64")]
     fn node_size_without_value_is_small() {
-        // 8 (deadline) + 2 * 4 (links, the place in the back link) + Option<()> tag, padded.
+        // 8 (deadline) + 2 * 4 (links) + Option<()> tag, padded.
         assert_eq!(Slab::<()>::NODE_SIZE, 24);
         // A thin pointer with a niche (Arc, Box) fills those 8 bytes.
         assert_eq!(Slab::<Box<u8>>::NODE_SIZE, 24);
@@ -330,31 +319,26 @@ mod tests {
     }
 
     #[test]
-    fn the_place_and_the_back_link_share_a_word_without_mixing() {
+    fn a_head_carries_its_lists_id_and_passes_it_on() {
         let mut slab = Slab::with_capacity(3);
         let mut list = List::EMPTY;
         let ids: Vec<u32> = (0..3).map(|i| slab.insert(i, i)).collect();
-        for (&id, place) in ids.iter().zip([0, 17, MAX_PLACE]) {
-            slab.set_place(id, place);
-            slab.push_front(&mut list, id);
+        for &id in &ids {
+            slab.push_front(&mut list, MAX_LIST_ID, id);
         }
         assert_eq!(collect(&slab, list), [2, 1, 0]);
-        assert_eq!(
-            ids.iter().map(|&id| slab.place(id)).collect::<Vec<_>>(),
-            [0, 17, MAX_PLACE],
-            "linking keeps the places"
-        );
-        slab.set_place(1, 3);
-        slab.unlink(&mut list, 1);
-        assert_eq!(
-            collect(&slab, list),
-            [2, 0],
-            "a place change keeps the links"
-        );
-        slab.unlink(&mut list, 2);
+        assert_eq!(slab.head_of(2), Some(MAX_LIST_ID));
+        assert_eq!((slab.head_of(1), slab.head_of(0)), (None, None));
+        slab.unlink(&mut list, 1); // not the head: the list is not touched
+        assert_eq!(collect(&slab, list), [2, 0]);
+        slab.unlink(&mut list, 2); // the head: the next node inherits the mark
         assert_eq!(collect(&slab, list), [0]);
-        assert_eq!(slab.place(0), 0);
-        assert_eq!(slab.place(2), MAX_PLACE);
+        assert_eq!(slab.head_of(0), Some(MAX_LIST_ID));
+        // A moved list is marked again.
+        slab.mark_head(list, 7);
+        assert_eq!(slab.head_of(0), Some(7));
+        slab.unlink(&mut list, 0);
+        assert!(list.is_empty());
     }
 
     #[test]
@@ -363,7 +347,7 @@ mod tests {
         let mut list = List::EMPTY;
         let ids: Vec<u32> = (0..4).map(|i| slab.insert(i, i)).collect();
         for &id in &ids {
-            slab.push_front(&mut list, id);
+            slab.push_front(&mut list, 0, id);
         }
         assert_eq!(collect(&slab, list), [3, 2, 1, 0]);
         slab.unlink(&mut list, 2); // middle
@@ -376,8 +360,8 @@ mod tests {
         assert!(list.is_empty());
         // Relinking after unlinking works, in another list too.
         let mut other = List::EMPTY;
-        slab.push_front(&mut other, 2);
-        slab.push_front(&mut other, 0);
+        slab.push_front(&mut other, 1, 2);
+        slab.push_front(&mut other, 1, 0);
         assert_eq!(collect(&slab, other), [0, 2]);
     }
 

@@ -13,7 +13,7 @@
 //! - Every level has two lists of slots: the *live* one (where `link` puts entries) and a
 //!   *spare*. `stage[l]` names at most one slot `s` of level `l`; [`Wheel::stage_ahead`] moves
 //!   that slot's entries into the spare of level `l - 1`, each in the slot of its digit there.
-//!   A staged node's `place` names the spare, so `remove` finds it in O(1).
+//!   A staged node is in a spare's slot list like any other, so `remove` finds it in O(1).
 //! - A slot counts as occupied while its live list or its staged entries are non-empty
 //!   (`staged_bit`), so `next_slot` and `next_expiration` see staged entries where they were.
 //! - When a poll reaches the staged slot (it is then the earliest: every finer level is empty,
@@ -30,7 +30,7 @@
 
 use super::bits::{self, NUM_LEVELS};
 use super::slab::{List, NIL};
-use super::{place_of, Level, Wheel, NO_STAGE};
+use super::{level_base, Level, Wheel, NO_STAGE};
 
 impl<T> Wheel<T> {
     /// Moves at most `budget` entries of coarse slots that start within `horizon` ticks of
@@ -112,9 +112,8 @@ impl<T> Wheel<T> {
             }
             self.levels[level][live].unlink(&mut self.slab, slot, index);
             let deadline = self.slab.deadline(index);
-            self.slab.set_place(index, place_of(finer, spare));
             let to = bits::slot_for(deadline, finer);
-            self.levels[finer][spare].push(&mut self.slab, to, index);
+            self.levels[finer][spare].push(&mut self.slab, level_base(finer, spare), to, index);
             moved += 1;
         }
         moved

@@ -4,23 +4,40 @@
 use super::*;
 use std::collections::BTreeSet;
 
-/// Checks the ground rules: every entry is in the list its deadline, the cursor and its place
-/// name, the bitmaps match the lists, and `len` counts them all.
+/// Checks the links of `list`, whose id is `id`: its first node carries the id's head mark,
+/// every other node's back link names the node before it.
+fn check_links<T>(wheel: &Wheel<T>, list: List, id: u32) {
+    let mut at = list.head();
+    let mut prev = NIL;
+    while at != NIL {
+        if prev == NIL {
+            assert_eq!(wheel.slab.head_of(at), Some(id), "head mark of list {id}");
+        } else {
+            assert_eq!(wheel.slab.head_of(at), None, "a second head in list {id}");
+            assert_eq!(wheel.slab.prev(at), prev, "back link in list {id}");
+        }
+        prev = at;
+        at = wheel.slab.next(at);
+    }
+}
+
+/// Checks the ground rules: every entry is in the list its deadline and the cursor name, each
+/// list's links and head mark are right, the bitmaps match the lists, and `len` counts them all.
 pub(super) fn check_invariants<T>(wheel: &Wheel<T>) {
     wheel.check_cascade_rules();
+    check_links(wheel, wheel.due, DUE_LIST);
+    check_links(wheel, wheel.cascading.list, CASCADING_LIST);
+    check_links(wheel, wheel.cascading.back, BACK_LIST);
     let mut seen = 0;
     let mut at = wheel.due.head();
     while at != NIL {
         assert!(wheel.slab.deadline(at) <= wheel.now);
-        assert_eq!(wheel.slab.place(at), DUE);
         seen += 1;
         at = wheel.slab.next(at);
     }
     let mut at = wheel.cascading.list.head();
     while at != NIL {
         let deadline = wheel.slab.deadline(at);
-        let live = wheel.live_buffer(wheel.cascading.level);
-        assert_eq!(wheel.slab.place(at), place_of(wheel.cascading.level, live));
         assert_eq!(
             slot_for(deadline, wheel.cascading.level),
             wheel.cascading.slot
@@ -34,8 +51,6 @@ pub(super) fn check_invariants<T>(wheel: &Wheel<T>) {
         // the cascading slot.
         let deadline = wheel.slab.deadline(at);
         let finer = wheel.cascading.level - 1;
-        let live = wheel.live_buffer(finer);
-        assert_eq!(wheel.slab.place(at), place_of(finer, live));
         assert_eq!(slot_for(deadline, finer), 0);
         assert_eq!(
             slot_for(deadline, wheel.cascading.level),
@@ -54,10 +69,10 @@ pub(super) fn check_invariants<T>(wheel: &Wheel<T>) {
                     !level.is_occupied(slot),
                     "bitmap of level {l} buffer {b}"
                 );
+                check_links(wheel, list, level_base(l, b) + slot as u32);
                 let mut at = list.head();
                 while at != NIL {
                     let deadline = wheel.slab.deadline(at);
-                    assert_eq!(wheel.slab.place(at), place_of(l, b));
                     assert_eq!(slot_for(deadline, l), slot);
                     if b == live {
                         assert!(deadline > wheel.cursor);
