@@ -18,9 +18,11 @@
 //!   under that lock that the task is still `SCHEDULED`; a cancel wins `SCHEDULED -> CANCELLED`
 //!   before it takes the lock. Either the insert sees the cancel (and does not insert) or the
 //!   cancel's lock comes after the insert (and it unlinks the entry by the recorded key).
-//!   Whenever a task leaves the wheel (fired, unlinked, drained), its key is cleared under the
-//!   same lock; an unlink also checks that the entry it finds is this very task (a wheel key is
-//!   a slab index, reused by later entries), so no task can ever unlink another.
+//!   Whenever a task leaves the wheel (fired, unlinked, swept by a graceful shutdown), its key
+//!   is cleared under the same lock. `shutdown_now` alone leaves the keys: it swaps the whole
+//!   wheel out of a shard it stops, and the empty wheel that stays never takes an entry. An
+//!   unlink also checks that the entry it finds is this very task (a wheel key is a slab
+//!   index, reused by later entries), so no task can ever unlink another.
 //! - A shard has a gate. `Open`: everything goes in. `Closing` (graceful shutdown): only the
 //!   tasks the pool's policy keeps ([`Keep`]: by default one-shots, not periodic tasks) go in.
 //!   `Stopped` (`shutdown_now`): everything is refused. The
