@@ -608,6 +608,63 @@ mod body_tests {
         );
     }
 
+    /// A run (half of them panic) races a cancel, polls with a new waker each time and timed
+    /// joins: the result agrees with who won, is taken once, and no waker is left behind.
+    #[test]
+    fn a_run_a_cancel_and_changing_wakers_race() {
+        for round in 0..if cfg!(miri) { 6 } else { 2000 } {
+            let panics = round % 2 == 0;
+            let task = one_shot(move || -> u32 {
+                if panics {
+                    std::panic::resume_unwind(Box::new("boom"))
+                }
+                9
+            });
+            let runner = {
+                let task = Arc::clone(&task);
+                std::thread::spawn(move || task.run(&Env))
+            };
+            let canceller = {
+                let task = Arc::clone(&task);
+                std::thread::spawn(move || task.cancel())
+            };
+            let mut wakers = Vec::new();
+            let result = loop {
+                let counter = Arc::new(Counter::default());
+                if let Poll::Ready(r) = poll_once(&*task, &counter) {
+                    break r;
+                }
+                wakers.push(counter);
+                if let Some(r) = task.wait(Some(Instant::now())) {
+                    break r;
+                }
+                std::thread::yield_now();
+            };
+            let ran = runner.join().unwrap();
+            let cancelled = canceller.join().unwrap();
+            match (&result, cancelled) {
+                (Err(TaskError::Cancelled), Cancelled::Waiting) => {
+                    assert_eq!(ran, RunOutcome::NotStarted)
+                }
+                (Err(TaskError::Cancelled), Cancelled::Running) => {}
+                (Ok(9), Cancelled::No) => assert!(!panics),
+                (Err(TaskError::Panicked(m)), Cancelled::No) => {
+                    assert!(panics);
+                    assert_eq!(m, "boom");
+                }
+                other => panic!("round {round}: {other:?} ran {ran:?}"),
+            }
+            assert_eq!(task.wait(None), Some(Err(TaskError::Taken)));
+            // Only the last registered waker could have been woken, at most once; all but the
+            // task's own references are gone.
+            let woken: usize = wakers.iter().map(|w| w.0.load(Ordering::SeqCst)).sum();
+            assert!(woken <= 1);
+            for w in &wakers {
+                assert_eq!(Arc::strong_count(w), 1, "a waker leaked");
+            }
+        }
+    }
+
     #[test]
     fn a_timed_out_join_leaves_no_waker_behind() {
         let task = one_shot(|| 1u8);

@@ -2,7 +2,8 @@
 //!
 //! Random interleavings of insert (delays from 0 to years, deadlines near `u64::MAX`, deadlines
 //! already in the past), remove (live and stale keys), advance (tiny to huge steps, sometimes
-//! backwards, which must clamp) and "run to the next expiration". After every step:
+//! backwards, which must clamp), "run to the next expiration", staging, extraction by a
+//! predicate and `shrink_to_fit`. After every step:
 //! - the wheel yields exactly the reference's due set: nothing early, nothing twice, nothing lost;
 //! - `len` matches, and `next_expiration` is `None` exactly when the wheel is empty, else within
 //!   `[now, max(earliest deadline, now)]`;
@@ -67,6 +68,11 @@ enum Op {
     RunToNext,
     /// Stage coarse slots ahead with this budget and horizon (no entry may come out).
     Stage(usize, u64),
+    /// `extract_some(from, budget)` of the entries whose id is a multiple of the third number
+    /// (entries leave from anywhere in their lists, heads included).
+    Extract(usize, usize, usize),
+    /// `shrink_to_fit`: the free list is rebuilt, live entries keep their nodes.
+    Shrink,
 }
 
 fn distance() -> impl Strategy<Value = u64> {
@@ -96,6 +102,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (distance(), 0..20usize).prop_map(|(d, b)| Op::Step(d, b)),
         2 => Just(Op::RunToNext),
         3 => (0..50usize, distance()).prop_map(|(b, h)| Op::Stage(b, h)),
+        2 => (0..300usize, 0..300usize, 1..4usize).prop_map(|(f, b, m)| Op::Extract(f, b, m)),
+        1 => Just(Op::Shrink),
     ]
 }
 
@@ -285,6 +293,20 @@ impl Run {
                 let moved = self.wheel.stage_ahead(budget, horizon);
                 assert!(moved <= budget);
             }
+            Op::Extract(from, budget, m) => {
+                let mut out = Vec::new();
+                self.wheel
+                    .extract_some(from, budget, |v| v.id % m == 0, &mut out);
+                for value in &out {
+                    assert!(value.id % m == 0);
+                    assert!(
+                        self.reference.remove(&(value.deadline, value.id)).is_some(),
+                        "extracted an entry that was not live"
+                    );
+                    self.live_keys.remove(&self.keys[value.id].0);
+                }
+            }
+            Op::Shrink => self.wheel.shrink_to_fit(),
         }
         self.check();
     }
