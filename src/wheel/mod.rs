@@ -377,7 +377,9 @@ impl<T> Wheel<T> {
     /// assert_eq!(wheel.len(), 1);
     /// ```
     pub fn remove(&mut self, key: Key, is_entry: impl FnOnce(&T) -> bool) -> Option<T> {
-        self.slab.live_deadline(key.index, is_entry)?;
+        if !self.slab.holds(key.index, is_entry) {
+            return None;
+        }
         self.unlink(key.index);
         Some(self.slab.vacate(key.index))
     }

@@ -148,17 +148,12 @@ impl<T> Slab<T> {
         index as u32
     }
 
-    /// The deadline of node `index` if it is occupied by a value `is_entry` recognises.
-    pub(super) fn live_deadline(
-        &self,
-        index: u32,
-        is_entry: impl FnOnce(&T) -> bool,
-    ) -> Option<u64> {
-        let node = self.nodes.get(index as usize)?;
-        node.value
-            .as_ref()
+    /// Whether node `index` is occupied by a value `is_entry` recognises.
+    pub(super) fn holds(&self, index: u32, is_entry: impl FnOnce(&T) -> bool) -> bool {
+        self.nodes
+            .get(index as usize)
+            .and_then(|node| node.value.as_ref())
             .is_some_and(is_entry)
-            .then_some(node.deadline)
     }
 
     /// The deadline of node `index`.
@@ -309,12 +304,13 @@ mod tests {
         assert_eq!((a, b), (0, 1));
         assert_eq!(slab.len(), 2);
         assert_eq!(slab.vacate(a), "a");
-        assert_eq!(slab.live_deadline(a, |_| true), None, "vacant");
+        assert!(!slab.holds(a, |_| true), "vacant");
         let c = slab.insert(7, "c");
         assert_eq!(c, a, "the free node is reused");
-        assert_eq!(slab.live_deadline(c, |v| *v == "c"), Some(7));
-        assert_eq!(slab.live_deadline(c, |v| *v == "a"), None, "another entry");
-        assert_eq!(slab.live_deadline(99, |_| true), None, "out of range");
+        assert!(slab.holds(c, |v| *v == "c"));
+        assert_eq!(slab.deadline(c), 7);
+        assert!(!slab.holds(c, |v| *v == "a"), "another entry");
+        assert!(!slab.holds(99, |_| true), "out of range");
         assert_eq!(slab.len(), 2);
     }
 
@@ -380,8 +376,8 @@ mod tests {
         // The hole is reused first, then the slab grows back.
         assert_eq!(slab.insert(0, 5000), 3);
         assert_eq!(slab.insert(0, 5001), 10);
-        assert_eq!(slab.live_deadline(keys[4], |v| *v == 4), Some(4));
-        assert_eq!(slab.live_deadline(keys[3], |v| *v == 3), None);
+        assert!(slab.holds(keys[4], |v| *v == 4));
+        assert!(!slab.holds(keys[3], |v| *v == 3));
     }
 
     #[test]
