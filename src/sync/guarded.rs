@@ -1,5 +1,5 @@
-//! [`Guarded<T>`]: a value behind a [`ByteLock`] that lives somewhere else. The crate's only
-//! `unsafe` code.
+//! [`Guarded<T>`]: a value behind a [`ByteLock`] that lives somewhere else. With the lock itself
+//! (`spin.rs`), the crate's only `unsafe` code.
 //!
 //! A task's body (its closure or result, and who waits on it) is behind a lock. As a
 //! `Mutex<Body>`, the lock's byte sat in a word of its own: a word every pending timer paid for
@@ -17,37 +17,17 @@
 //! - The closure must not call `with` on the same pair again (it would wait for itself, as with
 //!   a `Mutex`), and runs no user code (it is held for a few stores).
 //!
-//! Outside loom the lock is `parking_lot`'s one-byte raw mutex. Under loom it is a spin lock
-//! over a loom atomic, and the cell is loom's `UnsafeCell`, which checks every access against
-//! the lock's happens-before edges; the loom models of the task (`loom/task.rs`,
+//! The lock is a [`RawSpinLock`] (`spin.rs`): one byte, and an unlock that is a plain release
+//! store. Under loom its byte is a loom atomic, and the cell is loom's `UnsafeCell`, which
+//! checks every access against the lock's happens-before edges; the loom models of the task (`loom/task.rs`,
 //! `loom/future.rs`, ...) drive every path here. The cell tests also run under Miri.
 #![allow(unsafe_code)]
+
+use super::spin::RawSpinLock;
 
 #[cfg(not(wheelpool_loom))]
 mod imp {
     pub(crate) use std::cell::UnsafeCell;
-
-    use parking_lot::lock_api::RawMutex as _;
-
-    /// `parking_lot`'s raw mutex: one byte, spins briefly, then parks.
-    pub(crate) struct RawLock(parking_lot::RawMutex);
-
-    impl RawLock {
-        pub(crate) const fn new() -> Self {
-            RawLock(parking_lot::RawMutex::INIT)
-        }
-        #[inline]
-        pub(crate) fn lock(&self) {
-            self.0.lock();
-        }
-        /// # Safety
-        /// The lock is held, by this context.
-        #[inline]
-        pub(crate) unsafe fn unlock(&self) {
-            // SAFETY: the caller holds the lock (this function's contract).
-            unsafe { self.0.unlock() };
-        }
-    }
 
     /// Runs `f` on the cell's value as `&mut T`.
     ///
@@ -62,34 +42,7 @@ mod imp {
 
 #[cfg(wheelpool_loom)]
 mod imp {
-    use loom::sync::atomic::{AtomicBool, Ordering};
-
     pub(crate) use loom::cell::UnsafeCell;
-
-    /// A spin lock loom can explore (`parking_lot` is not loom-aware).
-    pub(crate) struct RawLock(AtomicBool);
-
-    impl RawLock {
-        pub(crate) fn new() -> Self {
-            RawLock(AtomicBool::new(false))
-        }
-        pub(crate) fn lock(&self) {
-            // Acquire: pairs with the Release store of the previous `unlock`.
-            while self
-                .0
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-            {
-                loom::thread::yield_now();
-            }
-        }
-        /// # Safety
-        /// The lock is held, by this context.
-        pub(crate) unsafe fn unlock(&self) {
-            // Release: pairs with the Acquire CAS of the next `lock`.
-            self.0.store(false, Ordering::Release);
-        }
-    }
 
     /// Runs `f` on the cell's value as `&mut T`; loom checks that no other access overlaps.
     ///
@@ -102,12 +55,12 @@ mod imp {
 }
 
 /// A one-byte lock for a [`Guarded`] value kept elsewhere (see the ground rules).
-pub(crate) struct ByteLock(imp::RawLock);
+pub(crate) struct ByteLock(RawSpinLock);
 
 impl ByteLock {
     #[allow(clippy::new_without_default)] // a lock has no meaningful default pairing
     pub(crate) fn new() -> Self {
-        ByteLock(imp::RawLock::new())
+        ByteLock(RawSpinLock::new())
     }
 }
 

@@ -14,12 +14,15 @@
 //! and ids) are re-exported below with the reason.
 
 mod guarded;
+mod spin;
 
 pub(crate) use guarded::{ByteLock, Guarded};
 
 #[cfg(not(wheelpool_loom))]
 mod imp {
     pub(crate) use parking_lot::{Condvar, Mutex, MutexGuard};
+    // The locks that every schedule and cancel takes: no locked instruction to unlock.
+    pub(crate) use super::spin::{SpinMutex, SpinMutexGuard};
     pub(crate) use std::sync::atomic::{
         fence, AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
     };
@@ -57,6 +60,9 @@ mod imp {
     #[derive(Debug)]
     pub(crate) struct Mutex<T>(loom::sync::Mutex<T>);
     pub(crate) type MutexGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
+    /// The shard locks are spin locks outside loom (`spin.rs`); here, loom's mutex.
+    pub(crate) type SpinMutex<T> = Mutex<T>;
+    pub(crate) type SpinMutexGuard<'a, T> = MutexGuard<'a, T>;
 
     impl<T> Mutex<T> {
         pub(crate) fn new(value: T) -> Self {

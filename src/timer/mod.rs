@@ -156,7 +156,9 @@ pub(crate) use shard::{clear_keys, Keep, NotInserted, Shard, ShardCell, CHUNK};
 use shard::{give_back_if_empty, unlink, Gate};
 
 use crate::error::ResetError;
-use crate::sync::{fence, AtomicBool, AtomicU64, CachePadded, Mutex, MutexGuard, Ordering, Parker};
+use crate::sync::{
+    fence, AtomicBool, AtomicU64, CachePadded, Ordering, Parker, SpinMutex, SpinMutexGuard,
+};
 use crate::task::state::{End, Snapshot};
 use crate::task::{Header, RawTask, TaskRef};
 use crate::wheel::Wheel;
@@ -300,7 +302,7 @@ impl Timer {
             shards: (0..n)
                 .map(|_| {
                     CachePadded::new(ShardCell {
-                        lock: Mutex::new(Shard {
+                        lock: SpinMutex::new(Shard {
                             wheel: Wheel::new(),
                             gate: Gate::Open,
                         }),
@@ -426,7 +428,7 @@ impl Timer {
     /// The tail of every insert (a new one or a reset's move) at `tick`, still holding the
     /// shard's lock: lower the hint, unlock, count the insert for a manual clock's settle, and
     /// wake the driver if the hint went down (see "Sleep vs. new deadlines" in the ground rules).
-    fn inserted(&self, cell: &ShardCell, shard: MutexGuard<'_, Shard>, tick: u64) {
+    fn inserted(&self, cell: &ShardCell, shard: SpinMutexGuard<'_, Shard>, tick: u64) {
         let lowered = cell.lower_hint(&shard, tick);
         drop(shard);
         if let Some(s) = &self.settle {

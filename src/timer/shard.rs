@@ -1,7 +1,7 @@
 //! A shard: one wheel and its gate under one lock, the hint the timer thread reads without the
 //! lock, and the helpers every change to a wheel goes through (ground rules in `timer/mod.rs`).
 
-use crate::sync::{Arc, AtomicU64, Mutex, MutexGuard, Ordering};
+use crate::sync::{Arc, AtomicU64, Ordering, SpinMutex, SpinMutexGuard};
 use crate::task::{RawTask, TaskRef, NO_KEY};
 use crate::wheel::{Key, Wheel};
 
@@ -91,7 +91,7 @@ pub(crate) struct Shard {
 /// A shard's lock, and what the timer thread may read of it without the lock.
 #[derive(Debug)]
 pub(crate) struct ShardCell {
-    pub(super) lock: Mutex<Shard>,
+    pub(super) lock: SpinMutex<Shard>,
     /// A lower bound on the earliest tick in the wheel (`u64::MAX`: none). Written only under
     /// `lock`: lowered by an insert below it, set to the wheel's next expiration by a poll.
     /// A cancel leaves it alone (it stays a lower bound).
@@ -99,7 +99,7 @@ pub(crate) struct ShardCell {
 }
 
 impl ShardCell {
-    pub(crate) fn lock(&self) -> MutexGuard<'_, Shard> {
+    pub(crate) fn lock(&self) -> SpinMutexGuard<'_, Shard> {
         self.lock.lock()
     }
 
