@@ -304,15 +304,17 @@ impl ModelPool {
         (raw, ScheduledFuture::new(cell, owner))
     }
 
-    /// `Core::schedule` of a prepared task (admit, then insert or push and recheck), as every
-    /// schedule call ends.
+    /// A prepared task scheduled as every schedule call does it: admit, then insert or push and
+    /// recheck (`Core::schedule_admitted`).
     pub(super) fn schedule_prepared(&self, task: &TaskRef) -> Result<(), ScheduleError> {
+        self.core.admit()?;
+        let now = self.core.timer.time.now_nanos();
         self.core
-            .schedule(task.clone(), self.core.timer.time.now_nanos())
+            .schedule_admitted(task.clone(), now, model::Arrival::New)
     }
 
-    /// `Core::schedule` of a prepared task as if its deadline were later than now: admit, then
-    /// into its shard's wheel (`Core::insert`, the wheel path of `Core::schedule`).
+    /// A prepared task scheduled as if its deadline were later than now: admit, then into its
+    /// shard's wheel (`Core::insert`, the wheel path of `Core::schedule_admitted`).
     /// How a task due at tick 0 gets into a wheel (`schedule_prepared` would skip the wheel), so a driver
     /// pass finds it due.
     pub(super) fn insert(&self, task: &TaskRef) -> Result<(), ScheduleError> {

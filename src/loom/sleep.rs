@@ -25,7 +25,7 @@ fn push_racing_a_worker_going_to_sleep_is_not_lost() {
         let worker = pool.spawn_worker(0);
         let ran = Count::new();
         let r = ran.clone();
-        // Core::schedule -> ReadyQueues::push: injector push, notify(1).
+        // Core::schedule_admitted -> ReadyQueues::push: injector push, notify(1).
         let future = pool.schedule(move || r.add(), 0).unwrap();
         assert_eq!(future.join(), Ok(()), "the task ran");
         assert_eq!(ran.get(), 1);

@@ -19,9 +19,9 @@ fn run_queued(pool: &ModelPool) -> usize {
     n
 }
 
-/// (a) Insert vs cancel on one shard. A task is cancelled while `Core::schedule` puts it into its
-/// shard's wheel (`Timer::insert`: the `SCHEDULED` check under the shard lock) and the cancel
-/// unlinks by the recorded key under the same lock (`Timer::cancelled`). Proves: whichever
+/// (a) Insert vs cancel on one shard. A task is cancelled while `Core::schedule_admitted` puts it
+/// into its shard's wheel (`Timer::insert`: the `SCHEDULED` check under the shard lock) and the
+/// cancel unlinks by the recorded key under the same lock (`Timer::cancelled`). Proves: whichever
 /// takes the lock first, no wheel keeps an entry for the cancelled task, the closure is dropped
 /// exactly once, and the pool counts the task as ended.
 #[test]

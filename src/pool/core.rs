@@ -197,16 +197,11 @@ impl Core {
 
     // ---- schedule ---------------------------------------------------------------------------
 
-    /// Admits a new task (deadline in its header) and inserts it into a wheel or pushes it to a
-    /// ready queue. On error nothing is queued and the caller's other reference (its future)
-    /// is the last. `now` is the clock reading the task's deadline was computed from.
-    #[inline]
-    pub(crate) fn schedule(&self, task: TaskRef, now: u64) -> Result<(), ScheduleError> {
-        self.admit()?;
-        self.schedule_admitted(task, now, Arrival::New)
-    }
-
-    /// Counts the task in, or refuses it (shutdown, saturation) without a trace.
+    /// Counts a new task in, or refuses it (shutdown, saturation) without a trace. A schedule
+    /// call admits before it builds the task cell, so that a refused one allocates nothing, and
+    /// the locked increment comes before the cell's stores rather than waiting for them to drain;
+    /// then [`schedule_admitted`](Self::schedule_admitted) queues the task. On an error from
+    /// either, nothing is queued and the caller's other reference (its future) is the last.
     #[inline]
     pub(crate) fn admit(&self) -> Result<(), ScheduleError> {
         // SeqCst increment before the SeqCst lifecycle read: see the ground rules.
@@ -234,7 +229,7 @@ impl Core {
     /// the lifecycle. Later: inserted into its shard's wheel.
     /// `arrival`: a new task or a periodic task's re-arm (who counts a refusal: see
     /// [`Arrival`]).
-    pub(super) fn schedule_admitted(
+    pub(crate) fn schedule_admitted(
         &self,
         task: TaskRef,
         now: u64,

@@ -23,9 +23,10 @@
 //! lifecycle.rs the pool's typed atomic lifecycle
 //! ```
 //!
-//! A task moves one way: scheduled (`schedule.rs`, `Core::schedule`), inserted into a timer
-//! shard's wheel (`Timer::insert`) unless due now, pushed to a ready queue when due (by the
-//! scheduler, the timer thread or the watcher), then run by a worker (`run::run_task`).
+//! A task moves one way: scheduled (`schedule.rs`: `Core::admit`, `Core::schedule_admitted`),
+//! inserted into a timer shard's wheel (`Timer::insert`) unless due now, pushed to a ready queue
+//! when due (by the scheduler, the timer thread or the watcher), then run by a worker
+//! (`run::run_task`).
 
 mod builder;
 mod cancel;

@@ -1,9 +1,10 @@
-//! The generic front of scheduling: build the task cell, then hand it to the one non-generic
-//! `Core::schedule`. One generic function per kind of closure (one-shot, periodic, dynamic):
+//! The generic front of scheduling: admit the task (`Core::admit`), build its cell, then hand it
+//! to the one non-generic `Core::schedule_admitted`. One generic function per kind of closure
+//! (one-shot, periodic, dynamic):
 //! their signatures look alike because each states its own closure bound, while what they build
 //! differs; the shared tail is `schedule_job`, written once. The public methods that call these live on `TaskBuilder` (`task_builder.rs`); `Handle`'s are those with no options.
 
-use super::core::Core;
+use super::core::{Arrival, Core};
 use super::future::ScheduledFuture;
 use crate::error::ScheduleError;
 use crate::sync::Arc;
@@ -59,8 +60,9 @@ where
     schedule_job(core, OneShot::new(f), when, opts.name)
 }
 
-/// Builds the task cell for `job`, hands it to the non-generic `Core::schedule`, and wraps the
-/// cell in the caller's future: the one tail every scheduling method shares.
+/// Admits the task, builds its cell for `job`, hands it to the non-generic
+/// `Core::schedule_admitted`, and wraps the cell in the caller's future: the one tail every
+/// scheduling method shares.
 /// `name`: what the task is called (`PendingTask`, `Debug`, the panic handler).
 pub(crate) fn schedule_job<J: Job>(
     core: &Arc<Core>,
@@ -74,6 +76,7 @@ pub(crate) fn schedule_job<J: Job>(
         core.timer.home_shard()
     };
     let owner = core.core_ref(shard).ok_or(ScheduleError::Shutdown)?;
+    core.admit()?;
     // A task without a name keeps no room for one (`NameSlot`).
     let cell: Arc<dyn TaskResult<J::Output>> = match name {
         None => Arc::new(TaskCell::new(job, when.deadline, shard)),
@@ -81,7 +84,7 @@ pub(crate) fn schedule_job<J: Job>(
     };
     // The wheel (or a ready queue) keeps this reference, the future the other.
     let raw: TaskRef = cell.clone();
-    core.schedule(raw, when.now)?;
+    core.schedule_admitted(raw, when.now, Arrival::New)?;
     Ok(ScheduledFuture::new(cell, owner))
 }
 
@@ -89,13 +92,14 @@ pub(crate) fn execute<F>(core: &Arc<Core>, f: F, opts: Options) -> Result<(), Sc
 where
     F: FnOnce() + Send + 'static,
 {
+    core.admit()?;
     // Due now: it never enters a wheel, so any shard will do.
     let job = OneShot::new(f);
     let raw: TaskRef = match opts.name {
         None => Arc::new(TaskCell::new(job, NOW.deadline, 0).unplanned()),
         Some(name) => Arc::new(TaskCell::named(job, NOW.deadline, 0, name).unplanned()),
     };
-    core.schedule(raw, NOW.now)
+    core.schedule_admitted(raw, NOW.now, Arrival::New)
 }
 
 /// Which kind of periodic task.

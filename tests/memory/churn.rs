@@ -245,3 +245,47 @@ fn producers_and_other_threads_cancelling_race_shutdown_now() {
     // Every capture this test made has been dropped exactly once.
     assert_eq!(CAPTURES_DROPPED.load(Ordering::SeqCst), made_before + made);
 }
+
+/// A schedule refused with an error (`Shutdown`, `Saturated`) builds no task: it allocates
+/// nothing, so a caller retrying against a full or stopped pool costs the heap nothing. Each
+/// closure here would make a task cell of over 4 KB; 2 000 refusals of each kind allocate less
+/// than 1 MB in all (a stray allocation elsewhere in the process is far smaller than that).
+#[test]
+fn a_refused_schedule_allocates_nothing() {
+    let _serial = crate::serial();
+    let _local = serial();
+    const REFUSALS: usize = 2_000;
+    let payload = [7u8; 4096];
+
+    let full = ScheduledThreadPool::builder()
+        .threads(1)
+        .max_pending(1)
+        .build()
+        .unwrap();
+    let waiting = full.schedule(|| (), Duration::from_secs(3600)).unwrap();
+    let before = ALLOC.total_allocated();
+    for _ in 0..REFUSALS {
+        let refused = full.schedule(move || payload.len(), Duration::from_secs(3600));
+        assert_eq!(
+            refused.unwrap_err(),
+            ScheduleError::Saturated { max_pending: 1 }
+        );
+    }
+    let saturated = ALLOC.total_allocated() - before;
+    assert!(waiting.cancel());
+
+    let stopped = ScheduledThreadPool::builder().threads(1).build().unwrap();
+    stopped.shutdown();
+    let before = ALLOC.total_allocated();
+    for _ in 0..REFUSALS {
+        let refused = stopped.schedule(move || payload.len(), Duration::from_secs(3600));
+        assert_eq!(refused.unwrap_err(), ScheduleError::Shutdown);
+        let refused = stopped.execute(move || assert_eq!(payload.len(), 4096));
+        assert_eq!(refused.unwrap_err(), ScheduleError::Shutdown);
+    }
+    let shut = ALLOC.total_allocated() - before;
+    assert!(
+        saturated < 1 << 20 && shut < 1 << 20,
+        "refused schedules allocated {saturated} B (saturated) and {shut} B (shut down)"
+    );
+}
