@@ -17,6 +17,7 @@ mod guarded;
 mod spin;
 
 pub(crate) use guarded::{ByteLock, Guarded};
+pub(crate) use spin::lock_urgent;
 
 #[cfg(not(wheelpool_loom))]
 mod imp {

@@ -160,7 +160,7 @@ impl Driver {
                 self.next[i] = hint;
                 continue;
             }
-            let polled = cell.poll_chunk(&mut cell.lock(), now, horizon, &mut self.due);
+            let polled = cell.poll_chunk(&mut cell.lock_urgent(), now, horizon, &mut self.due);
             more |= polled.more || polled.stage;
             self.staging[i] = polled.stage;
             self.staged_at[i] = if polled.more || polled.stage {
@@ -254,7 +254,7 @@ impl Driver {
             if self.next[i] != Some(tick) || self.staged_at[i] == Some(tick) {
                 continue;
             }
-            if cell.lock().wheel.len() > CHUNK {
+            if cell.lock_urgent().wheel.len() > CHUNK {
                 any = true;
             } else {
                 self.staged_at[i] = Some(tick);
@@ -314,7 +314,7 @@ impl Driver {
         for (i, shard) in timer.shards.iter().enumerate() {
             let Some(from) = sweep[i] else { continue };
             {
-                let mut shard = shard.lock();
+                let mut shard = shard.lock_urgent();
                 if shard.gate == Gate::Open {
                     shard.gate = Gate::Closing(keep);
                 }
@@ -341,7 +341,7 @@ impl Driver {
         for shard in host.timer().shards.iter() {
             let mut wheel = Wheel::new();
             {
-                let mut shard = shard.lock();
+                let mut shard = shard.lock_urgent();
                 shard.gate = Gate::Stopped;
                 // O(1) under the lock: the stopped shard never takes another entry, so the
                 // keys of the old wheel find nothing in the new one.

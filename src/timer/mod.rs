@@ -34,7 +34,9 @@
 //! the chunk to the workers after releasing the lock, and moves on to the next shard; a shard with
 //! more due goes round again without sleeping. A storm of a million equal deadlines therefore
 //! comes out a chunk at a time, the first chunk at once, and a timer due in another shard waits
-//! for at most one chunk per shard.
+//! for at most one chunk per shard. The shard locks never park (`sync/spin.rs`: their unlock is
+//! a store), and the driver takes them with `lock_urgent`: it waits for the current holder
+//! only, never for producers that would barge in after it.
 //!
 //! **Memory given back.** Wherever entries leave a wheel (a cancel's unlink, a poll that fires
 //! them, the driver's or the watcher's), a shard left empty with room for more than `RELEASE_AT`

@@ -1,7 +1,7 @@
 //! A shard: one wheel and its gate under one lock, the hint the timer thread reads without the
 //! lock, and the helpers every change to a wheel goes through (ground rules in `timer/mod.rs`).
 
-use crate::sync::{Arc, AtomicU64, Ordering, SpinMutex, SpinMutexGuard};
+use crate::sync::{lock_urgent, Arc, AtomicU64, Ordering, SpinMutex, SpinMutexGuard};
 use crate::task::{RawTask, TaskRef, NO_KEY};
 use crate::wheel::{Key, Wheel};
 
@@ -101,6 +101,12 @@ pub(crate) struct ShardCell {
 impl ShardCell {
     pub(crate) fn lock(&self) -> SpinMutexGuard<'_, Shard> {
         self.lock.lock()
+    }
+
+    /// The timer thread's lock: it waits for the current holder, not for producers that come
+    /// after it (`sync/spin.rs`), so a shard that producers keep busy holds no due timer up.
+    pub(crate) fn lock_urgent(&self) -> SpinMutexGuard<'_, Shard> {
+        lock_urgent(&self.lock)
     }
 
     /// The hint, read without the lock (see the ground rules).
