@@ -40,9 +40,10 @@
 //!
 //! **Memory given back.** Wherever entries leave a wheel (a cancel's unlink, a poll that fires
 //! them, the driver's or the watcher's), a shard left empty with room for more than `RELEASE_AT`
-//! entries frees its slab, in O(1) under the lock (`give_back_if_empty`). A shard that still
-//! holds entries keeps its room (at most its peak entry count, rounded up to the slab's doubling,
-//! times 32 B) until it empties: compacting live entries would be unbounded work under the lock.
+//! entries gives its slab up, in O(1) under the lock (`give_back_if_empty`), and the memory is
+//! freed after unlocking. A shard that still holds entries keeps its room (at most its peak
+//! entry count, rounded up to the slab's doubling, times 32 B) until it empties: compacting
+//! live entries would be unbounded work under the lock.
 //!
 //! **Hints.** Each shard keeps, beside its lock, a `hint`: a lower bound on the earliest tick in
 //! its wheel, written only under the lock (an insert below it lowers it; a poll, the driver's or
@@ -447,8 +448,9 @@ impl Timer {
         let header = task.header();
         let mut shard = self.cell_of(header).lock();
         let removed = unlink(&mut shard.wheel, task);
-        give_back_if_empty(&mut shard.wheel);
+        let spare = give_back_if_empty(&mut shard.wheel);
         drop(shard);
+        drop(spare);
         drop(removed);
     }
 
@@ -587,7 +589,9 @@ impl Timer {
                 all = false; // the driver (awake at this tick too) or a producer has it
                 continue;
             };
-            cell.poll_chunk(&mut shard, now, self.stage_horizon, due);
+            let polled = cell.poll_chunk(&mut shard, now, self.stage_horizon, due);
+            drop(shard);
+            drop(polled); // what an emptied shard gave up is freed after unlocking
         }
         self.count_fired(due.len());
         due.retain(|t| t.header().state.is_scheduled());

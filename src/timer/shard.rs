@@ -3,7 +3,7 @@
 
 use crate::sync::{lock_urgent, Arc, AtomicU64, Ordering, SpinMutex, SpinMutexGuard};
 use crate::task::{RawTask, TaskRef, NO_KEY};
-use crate::wheel::{Key, Wheel};
+use crate::wheel::{Key, Storage, Wheel};
 
 /// Entries the driver moves (hands out or cascades) per shard in one locked step. 512 moves
 /// are some tens of microseconds: the longest a producer waits for a shard's lock, and the most
@@ -145,10 +145,16 @@ impl ShardCell {
                     .stage_ahead_from(STAGE_FROM_LEVEL, budget, horizon)
                     == budget;
         }
-        give_back_if_empty(&mut shard.wheel); // firing empties a shard as a cancel does
+        // Firing empties a shard as a cancel does.
+        let spare = give_back_if_empty(&mut shard.wheel);
         let next = shard.wheel.next_expiration();
         self.set_hint(shard, next);
-        Polled { more, stage, next }
+        Polled {
+            more,
+            stage,
+            next,
+            spare,
+        }
     }
 
     /// Under the lock, after an insert at `tick`: lowers the hint; true if it did.
@@ -162,7 +168,7 @@ impl ShardCell {
 }
 
 /// What one [`ShardCell::poll_chunk`] left.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 pub(crate) struct Polled {
     /// The shard has more due now.
     pub(crate) more: bool,
@@ -170,6 +176,10 @@ pub(crate) struct Polled {
     pub(crate) stage: bool,
     /// The wheel's next expiration.
     pub(crate) next: Option<u64>,
+    /// The storage an emptied shard gave up, for the caller to free after unlocking (a poll's
+    /// lock is a temporary of the call's statement: dropping `Polled` later does it).
+    #[allow(dead_code, reason = "held only to be dropped, after the lock")]
+    pub(crate) spare: Option<Storage<TaskRef>>,
 }
 
 /// An empty shard keeps its slab for reuse below this many entries' room, so one timer armed
@@ -178,15 +188,20 @@ pub(crate) struct Polled {
 const RELEASE_AT: usize = 4096;
 
 /// The give-back rule, applied wherever entries leave a wheel (a cancel's unlink, a poll that
-/// fires them): a shard left empty with room for more than [`RELEASE_AT`] entries frees its
-/// slab. O(1) under the lock (an empty wheel forgets its nodes without visiting them).
+/// fires them): a shard left empty with room for more than [`RELEASE_AT`] entries gives its
+/// slab up. O(1) under the lock (an empty wheel forgets its nodes without visiting them); the
+/// caller frees what this returns after unlocking, since freeing tens of megabytes (an munmap)
+/// under a lock that never parks would keep its waiters spinning and napping.
 ///
 /// A shard that is not empty keeps its room, as a `Vec` keeps its capacity: at most its peak
 /// number of entries times the entry size (32 B), until it empties. Giving that back earlier
 /// would mean compacting live entries under the lock, which is unbounded work.
-pub(super) fn give_back_if_empty(wheel: &mut Wheel<TaskRef>) {
-    if wheel.is_empty() && wheel.capacity() > RELEASE_AT {
-        wheel.shrink_to_fit();
+#[must_use = "free the storage after unlocking"]
+pub(super) fn give_back_if_empty(wheel: &mut Wheel<TaskRef>) -> Option<Storage<TaskRef>> {
+    if wheel.capacity() > RELEASE_AT {
+        wheel.take_storage_if_empty()
+    } else {
+        None
     }
 }
 

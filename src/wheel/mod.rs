@@ -64,6 +64,16 @@ use slab::{List, Slab, NIL};
 
 pub use key::Key;
 
+/// The storage of an empty wheel, taken out by [`Wheel::take_storage_if_empty`]: it holds no
+/// entry, and dropping it frees the memory.
+pub struct Storage<T>(Vec<slab::Node<T>>);
+
+impl<T> fmt::Debug for Storage<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Storage({} nodes)", self.0.capacity())
+    }
+}
+
 /// A hierarchical timing wheel holding values of type `T` until their deadline tick.
 ///
 /// Insert and remove are O(1). [`poll_expired`](Wheel::poll_expired) advances time and hands out
@@ -518,6 +528,13 @@ impl<T> Wheel<T> {
         } else {
             self.slab.shrink_to_fit();
         }
+    }
+
+    /// An empty wheel's storage, taken out in O(1) (the wheel keeps working, and grows again
+    /// from nothing); `None` if the wheel holds entries. Dropping what it returns frees the
+    /// memory: a caller under a lock drops it after unlocking.
+    pub fn take_storage_if_empty(&mut self) -> Option<Storage<T>> {
+        self.is_empty().then(|| Storage(self.slab.take_storage()))
     }
 
     /// Links the occupied node `index`, due at `deadline > now` (so past the cursor), into its

@@ -195,9 +195,16 @@ impl<T> Slab<T> {
     /// Forgets every node and releases the storage, in O(1) plus the allocator's free. Only for
     /// an empty slab.
     pub(super) fn release(&mut self) {
+        drop(self.take_storage());
+    }
+
+    /// Forgets every node and hands the storage back, in O(1), for the caller to free when it
+    /// likes (a shard frees it after unlocking). Only for an empty slab: every node is vacant, so
+    /// dropping the storage drops no value.
+    pub(super) fn take_storage(&mut self) -> Vec<Node<T>> {
         debug_assert_eq!(self.len, 0);
-        self.nodes = Vec::new();
         self.free = NIL;
+        std::mem::take(&mut self.nodes)
     }
 
     /// The node after `index` in its list.

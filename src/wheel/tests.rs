@@ -319,6 +319,40 @@ fn shrink_to_fit_after_mass_removal_keeps_the_wheel_working() {
         .all(|&key| wheel.remove(key, |_| true).is_none()));
 }
 
+/// An empty wheel's storage comes out whole (a held one does not), and the wheel goes on from
+/// nothing: its time and its old keys stay as they were.
+#[test]
+fn the_storage_of_an_empty_wheel_comes_out_and_the_wheel_goes_on() {
+    let mut wheel = Wheel::new();
+    let keys: Vec<Key> = (0..5000).map(|d| wheel.insert(d * 13 + 1, d)).collect();
+    assert!(wheel.take_storage_if_empty().is_none(), "it holds entries");
+    assert_eq!(wheel.len(), 5000);
+    let mut due = poll(&mut wheel, 1_000);
+    due.sort_unstable();
+    assert_eq!(
+        due,
+        (0..77).collect::<Vec<_>>(),
+        "deadlines 1..=989 are due by 1000"
+    );
+    for &key in &keys {
+        wheel.remove(key, |_| true);
+    }
+    assert!(wheel.is_empty() && wheel.capacity() >= 5000);
+    let storage = wheel.take_storage_if_empty().expect("empty");
+    assert!(format!("{storage:?}").contains("nodes"));
+    drop(storage);
+    assert_eq!(wheel.capacity(), 0);
+    assert_eq!(wheel.now(), 1_000, "time is kept");
+    check_invariants(&wheel);
+    assert!(keys
+        .iter()
+        .all(|&key| wheel.remove(key, |_| true).is_none()));
+    let late = wheel.insert(1_500, 1);
+    assert!(poll(&mut wheel, 1_499).is_empty(), "never early");
+    assert_eq!(poll(&mut wheel, 1_500), [1]);
+    assert!(wheel.remove(late, |_| true).is_none());
+}
+
 #[test]
 fn debug_shows_position_without_values() {
     struct Opaque;
