@@ -127,8 +127,8 @@ impl<J: Job, N: NameSlot> TaskCell<J, N> {
     /// Runs `f` on the body under its lock. `f` stores and takes values; every user value it
     /// takes out (a closure, a waker) is dropped or called after it returns.
     ///
-    /// The crate's one `unsafe` call outside `sync/guarded.rs`: the promise that pairs a body
-    /// with its lock.
+    /// The crate's one `unsafe` call outside `sync/` (`guarded.rs`, `spin.rs`): the promise that
+    /// pairs a body with its lock.
     #[inline]
     #[allow(unsafe_code)]
     fn body<R>(&self, f: impl FnOnce(&mut Body<J>) -> R) -> R {
