@@ -19,8 +19,9 @@
 //!
 //! The lock is a [`RawSpinLock`] (`spin.rs`): one byte, and an unlock that is a plain release
 //! store. Under loom its byte is a loom atomic, and the cell is loom's `UnsafeCell`, which
-//! checks every access against the lock's happens-before edges; the loom models of the task (`loom/task.rs`,
-//! `loom/future.rs`, ...) drive every path here. The cell tests also run under Miri.
+//! checks every access against the lock's happens-before edges; the loom models of the task
+//! (`loom/task.rs`, `loom/future.rs`, ...) drive every path here. The cell tests also run under
+//! Miri.
 #![allow(unsafe_code)]
 
 use super::spin::RawSpinLock;

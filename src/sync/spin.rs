@@ -10,8 +10,8 @@
 //! 2-core machine; and it waits for every store before it to drain, so after a wheel insert or
 //! unlink it costs more than the stores it guards). A W2 pair (schedule a timeout, cancel the
 //! oldest) took three such unlocks, two of them a shard's. These locks never park, so
-//! unlocking is a store: in 11 alternating runs of W2, round by round 1.12x the pairs/s with
-//! `parking_lot` (1.02x with the body lock alone; BENCHMARKS.md).
+//! unlocking is a store: in batches of 11 alternating runs of W2, round by round 1.10-1.12x the
+//! pairs/s with `parking_lot` (1.02x with the body lock alone; BENCHMARKS.md).
 //!
 //! # Ground rules
 //!
@@ -27,9 +27,9 @@
 //!   exponential backoff, then yields, then sleeps between tries, each nap twice the last from
 //!   `NAP` up to `MAX_NAP` (a holder that waits that long has lost its CPU; on a busy machine it
 //!   may wait for one for milliseconds, and napping waiters leave it the CPU).
-//! - No waiter is passed over for good by the timer thread's sake: a barging lock lets a thread
-//!   that unlocks and locks again in a tight loop (a producer on its shard) win every time
-//!   against a waiter that only sees the lock free now and then. The timer thread, whose wait
+//! - The timer thread is never passed over for good: a barging lock lets a thread that unlocks
+//!   and locks again in a tight loop (a producer on its shard) win every time against a waiter
+//!   that only sees the lock free now and then. The timer thread, whose wait
 //!   holds up due timers, locks a shard with [`lock_urgent`]: it raises the shard's `urgent`
 //!   byte, and `lock` does not take a lock whose `urgent` byte is up, so the timer thread waits
 //!   for the current holder only. It never naps longer than `NAP`. Producers among themselves
@@ -98,14 +98,24 @@ impl RawSpinLock {
     /// The lock is held, by this context.
     #[inline]
     pub(crate) unsafe fn unlock(&self) {
-        release(&self.held);
+        // Release: pairs with the Acquire compare-and-swap of the next `take`.
+        self.held.store(false, Ordering::Release);
     }
 
     #[cold]
     fn lock_contended(&self) {
-        let mut wait = Wait::new(MaxNap::Growing);
-        while !take(&self.held) {
-            wait.until_free(&self.held, || false);
+        self.lock_waiting(MaxNap::Growing, || false);
+    }
+
+    /// The wait of every contended lock: back off until the byte reads free and `blocked` says
+    /// no (a shard's `urgent` byte, for an ordinary shard locker), then try; again until won.
+    fn lock_waiting(&self, max: MaxNap, blocked: impl Fn() -> bool) {
+        let mut wait = Wait::new(max);
+        loop {
+            wait.until_free(&self.held, &blocked);
+            if take(&self.held) {
+                return;
+            }
         }
     }
 }
@@ -113,16 +123,9 @@ impl RawSpinLock {
 /// Wins `held` from free to held; true if this call did.
 #[inline]
 fn take(held: &AtomicBool) -> bool {
-    // Acquire: pairs with the Release store of the previous holder's `release`.
+    // Acquire: pairs with the Release store of the previous holder's `unlock`.
     held.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
         .is_ok()
-}
-
-/// Frees `held`; only its holder calls this.
-#[inline]
-fn release(held: &AtomicBool) {
-    // Release: pairs with the Acquire compare-and-swap of the next `take`.
-    held.store(false, Ordering::Release);
 }
 
 /// How long a waiter's naps may grow (see the ground rules).
@@ -166,7 +169,7 @@ impl Wait {
     /// Waits until `held` reads free and `blocked` says no (the `urgent` byte for an ordinary
     /// shard locker), reading and never writing, so waiters do not fight over the line.
     #[cfg(not(wheelpool_loom))]
-    fn until_free(&mut self, held: &AtomicBool, blocked: impl Fn() -> bool) {
+    fn until_free(&mut self, held: &AtomicBool, blocked: &impl Fn() -> bool) {
         // Relaxed: only a hint to try; the caller's compare-and-swap is what acquires.
         while held.load(Ordering::Relaxed) || blocked() {
             if self.backoff.is_completed() {
@@ -180,16 +183,16 @@ impl Wait {
 
     /// Under loom: let another thread run (the lock's holder among them).
     #[cfg(wheelpool_loom)]
-    fn until_free(&mut self, _held: &AtomicBool, _blocked: impl Fn() -> bool) {
+    fn until_free(&mut self, _held: &AtomicBool, _blocked: &impl Fn() -> bool) {
         loom::thread::yield_now();
     }
 }
 
-/// A timer shard's lock: a held byte, and an `urgent` byte by which the timer thread goes
-/// before the producers (see the ground rules).
+/// A timer shard's lock: a [`RawSpinLock`], and an `urgent` byte by which the timer thread
+/// goes before the producers (see the ground rules).
 #[cfg(not(wheelpool_loom))]
 pub(crate) struct RawShardLock {
-    held: AtomicBool,
+    lock: RawSpinLock,
     urgent: AtomicBool,
 }
 
@@ -197,40 +200,31 @@ pub(crate) struct RawShardLock {
 impl RawShardLock {
     #[cold]
     fn lock_contended(&self) {
-        let mut wait = Wait::new(MaxNap::Growing);
-        // Relaxed: `urgent` only steers who tries; `held` decides.
+        // Relaxed: `urgent` only steers who tries; the held byte decides.
         let urgent = || self.urgent.load(Ordering::Relaxed);
-        loop {
-            wait.until_free(&self.held, urgent);
-            if take(&self.held) {
-                return;
-            }
-        }
+        self.lock.lock_waiting(MaxNap::Growing, urgent);
     }
 
     /// The timer thread's lock: producers stop taking the lock until it has it.
     fn lock_urgent(&self) {
-        if take(&self.held) {
+        if self.lock.try_lock() {
             return;
         }
-        // Relaxed: a hint to the other lockers; `held` decides who holds the lock.
+        // Relaxed: a hint to the other lockers; the held byte decides who holds the lock.
         self.urgent.store(true, Ordering::Relaxed);
-        let mut wait = Wait::new(MaxNap::Short);
-        while !take(&self.held) {
-            wait.until_free(&self.held, || false);
-        }
+        self.lock.lock_waiting(MaxNap::Short, || false);
         self.urgent.store(false, Ordering::Relaxed);
     }
 }
 
 // SAFETY: `take`'s Acquire compare-and-swap lets one context at a time hold the byte, and
-// `release`'s Release store hands what it did to the next holder: a mutex's promise. `unlock`
+// `unlock`'s Release store hands what it did to the next holder: a mutex's promise. `unlock`
 // is called only by the holder (lock_api's guard, and `RawMutex::unlock`'s own contract).
 #[cfg(not(wheelpool_loom))]
 unsafe impl lock_api::RawMutex for RawShardLock {
     #[allow(clippy::declare_interior_mutable_const)] // lock_api's way to make a free lock
     const INIT: Self = RawShardLock {
-        held: AtomicBool::new(false),
+        lock: RawSpinLock::new(),
         urgent: AtomicBool::new(false),
     };
     // As `parking_lot`'s and loom's: a guard stays on the thread that locked.
@@ -239,25 +233,26 @@ unsafe impl lock_api::RawMutex for RawShardLock {
     #[inline]
     fn lock(&self) {
         // Relaxed: a hint; a stale reading only lets this call barge once more.
-        if self.urgent.load(Ordering::Relaxed) || !take(&self.held) {
+        if self.urgent.load(Ordering::Relaxed) || !self.lock.try_lock() {
             self.lock_contended();
         }
     }
 
     #[inline]
     fn try_lock(&self) -> bool {
-        take(&self.held)
+        self.lock.try_lock()
     }
 
     #[inline]
     unsafe fn unlock(&self) {
-        release(&self.held);
+        // SAFETY: the caller holds the lock (this method's contract), so its byte is held.
+        unsafe { self.lock.unlock() };
     }
 
     #[inline]
     fn is_locked(&self) -> bool {
         // Relaxed: a snapshot, as lock_api documents it (the default would lock to find out).
-        self.held.load(Ordering::Relaxed)
+        self.lock.held.load(Ordering::Relaxed)
     }
 }
 
