@@ -111,7 +111,7 @@ fn a_watcher_past_the_drivers_tick_watches_the_earliest_hint_or_is_nudged() {
             // Tick 5 comes, and the watcher's poll takes its entry.
             let mut due = Vec::new();
             let cell = &timer.shards[0];
-            cell.poll_chunk(&mut cell.lock(), 5, 0, &mut due);
+            cell.poll_chunk(&mut cell.lock(), 5, timer.staging(), &mut due);
             assert_eq!(due.len(), 1);
             let just_past_5 = timer.time.nanos_of_tick(5) + 1;
             let w = {

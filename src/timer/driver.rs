@@ -149,7 +149,8 @@ impl Driver {
             .tick_floor(timer.time.now_nanos().saturating_sub(behind));
         let mut more = false;
         let mut pushed = 0;
-        let horizon = timer.stage_horizon;
+        let staging = timer.staging();
+        let horizon = staging.horizon;
         for (i, cell) in timer.shards.iter().enumerate() {
             let hint = cell.hint();
             let to_stage =
@@ -160,7 +161,7 @@ impl Driver {
                 self.next[i] = hint;
                 continue;
             }
-            let polled = cell.poll_chunk(&mut cell.lock_urgent(), now, horizon, &mut self.due);
+            let polled = cell.poll_chunk(&mut cell.lock_urgent(), now, staging, &mut self.due);
             more |= polled.more || polled.stage;
             self.staging[i] = polled.stage;
             self.staged_at[i] = if polled.more || polled.stage {

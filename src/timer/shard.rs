@@ -10,17 +10,40 @@ use crate::wheel::{Key, Storage, Wheel};
 /// work between a due timer in another shard and its turn.
 pub(crate) const CHUNK: usize = 512;
 
-/// The lowest wheel level whose slots are staged (see "Staging" in `timer/mod.rs`). A slot of
-/// level 1 or 2 spans at most 4 096 ticks (4 ms at the 1 us tick), so it holds the timers due
-/// in a window that short: W5's million runs a second put 4 000 in one, whose cascade when the
-/// slot comes is about 80 us, in `CHUNK` steps (entries already due go straight out), at a
-/// rate where the adaptive slack already lets the driver sleep a millisecond. Staging those
-/// slots moved every entry once or twice more (W5: about a tenth of its CPU). A burst of
-/// timers all due within one such window still cascades when the window starts, as it did
-/// before staging existed: its first timers wait for up to the whole cascade (some 20 ns an
-/// entry). A slot of level 3 spans 262 ms and collects enough to hold its first timers up
-/// (W3: 26 000 entries, 0.3-0.8 ms), so staging starts there.
-pub(crate) const STAGE_FROM_LEVEL: usize = 3;
+/// How a poll stages coarse slots ahead (see "Staging" in `timer/mod.rs`): from which wheel
+/// level up, and how far ahead. The timer picks it per poll from its slack
+/// ([`Timer::staging`](super::Timer::staging)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Staging {
+    /// The lowest level whose slots are staged: [`PRECISE_FROM`] or [`BATCHING_FROM`].
+    pub(crate) from: usize,
+    /// How far ahead of its first tick a slot is staged, in ticks.
+    pub(crate) horizon: u64,
+}
+
+/// The lowest staged level while the timer side is precise (little or no slack). A slot of
+/// level 2 spans 4 ms at the 1 us tick: W3's 100 000 timers over a second put 400 in one,
+/// whose cascade when the slot came took 20-100 us (cold entries), holding its first timers
+/// up; it was W3's p99 (80 us against 45 so).
+pub(crate) const PRECISE_FROM: usize = 2;
+
+/// The lowest staged level while the timer side batches (its slack near the cap). A slot of
+/// level 2 then holds the timers of a dense stream (W5's million runs a second put 4 000 in
+/// one), and its cascade when it comes, in `CHUNK` steps, hides in the slack the driver
+/// already sleeps past each deadline; staging it cost W5 5-9% more CPU. A slot of level 3
+/// spans 262 ms and collects enough to hold its first timers up past any slack (W3: 26 000
+/// entries, 0.3-0.8 ms), so it is always staged.
+pub(crate) const BATCHING_FROM: usize = 3;
+
+/// Entries a poll that found due entries may still stage: a few microseconds, which those
+/// entries wait for before they are handed out.
+pub(crate) const STAGE_WITH_DUE: usize = 16;
+
+/// Entries a poll that found nothing due stages at most. Smaller than `CHUNK`: the driver goes
+/// round again at once while there is more (`Polled::stage`), releasing the lock in between,
+/// so a timer that comes due meanwhile waits for one step (a few microseconds), not 512
+/// moves (20-100 us with cold entries).
+pub(crate) const STAGE_STEP: usize = 64;
 
 /// Which waiting tasks a graceful shutdown keeps in the wheels, to run at their time (the pool's
 /// policy, from its builder). The driver's sweep takes the others out: periodic tasks go to the
@@ -123,14 +146,15 @@ impl ShardCell {
 
     /// One bounded poll of this shard, the driver's or the watcher's, under its lock: moves at
     /// most `CHUNK` entries due by tick `now` onto `due` (their keys cleared), stages coarse
-    /// slots ahead with what is left of `CHUNK` (see "Staging"), and sets the hint to the
-    /// wheel's next expiration. Returns whether the shard has more due, whether it may have more
-    /// to stage, and that next expiration.
+    /// slots ahead as `staging` says, a short step ([`STAGE_WITH_DUE`] entries if it found any
+    /// due, else [`STAGE_STEP`]; see "Staging"), and sets the hint to the wheel's next
+    /// expiration. Returns whether the shard has more due, whether it may have more to stage,
+    /// and that next expiration.
     pub(crate) fn poll_chunk(
         &self,
         shard: &mut Shard,
         now: u64,
-        horizon: u64,
+        staging: Staging,
         due: &mut Vec<TaskRef>,
     ) -> Polled {
         let from = due.len();
@@ -138,12 +162,15 @@ impl ShardCell {
         clear_keys(&due[from..]);
         let mut stage = false;
         if !more {
-            let budget = CHUNK - (due.len() - from).min(CHUNK);
-            stage = budget > 0
-                && shard
-                    .wheel
-                    .stage_ahead_from(STAGE_FROM_LEVEL, budget, horizon)
-                    == budget;
+            let budget = if due.len() > from {
+                STAGE_WITH_DUE
+            } else {
+                STAGE_STEP
+            };
+            stage = shard
+                .wheel
+                .stage_ahead_from(staging.from, budget, staging.horizon)
+                == budget;
         }
         // Firing empties a shard as a cancel does.
         let spare = give_back_if_empty(&mut shard.wheel);
@@ -243,6 +270,79 @@ mod tests {
     fn insert(wheel: &mut Wheel<TaskRef>, task: &TaskRef, tick: u64) {
         let key = wheel.insert(tick, Arc::clone(task));
         task.header().set_wheel_key(key.to_u32());
+    }
+
+    fn cell_with(wheel: Wheel<TaskRef>) -> ShardCell {
+        ShardCell {
+            lock: SpinMutex::new(Shard {
+                wheel,
+                gate: Gate::Open,
+            }),
+            hint: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// Polls at `now` until nothing is left to stage; returns how many polls found entries
+    /// due, and how many polls it took.
+    fn polls_to_stage(cell: &ShardCell, now: u64, staging: Staging) -> (usize, usize) {
+        let (mut with_due, mut polls) = (0, 0);
+        loop {
+            let mut due = Vec::new();
+            let polled = cell.poll_chunk(&mut cell.lock(), now, staging, &mut due);
+            polls += 1;
+            with_due += usize::from(!due.is_empty());
+            if !polled.stage {
+                return (with_due, polls);
+            }
+        }
+    }
+
+    #[test]
+    fn a_poll_stages_a_short_step_and_a_shorter_one_when_it_found_due_entries() {
+        // 100 entries in one slot of level 2 (ticks 4096..8191) and one due at tick 10.
+        let mut wheel = Wheel::new();
+        let tasks: Vec<TaskRef> = (0..101).map(|_| task()).collect();
+        insert(&mut wheel, &tasks[0], 10);
+        for (i, t) in tasks[1..].iter().enumerate() {
+            insert(&mut wheel, t, 4_096 + 37 * i as u64);
+        }
+        let cell = cell_with(wheel);
+        let staging = Staging {
+            from: PRECISE_FROM,
+            horizon: u64::MAX,
+        };
+        // First poll: hands out the due entry, stages 16; then 64, then the last 20 (a step
+        // that moves fewer than its budget says there is nothing more).
+        assert_eq!(polls_to_stage(&cell, 10, staging), (1, 3));
+        assert_eq!(cell.lock().wheel.len(), 100);
+        // Staged, the slot comes live in O(1): its first entry is due at its first tick.
+        let mut due = Vec::new();
+        cell.poll_chunk(&mut cell.lock(), 4_096, staging, &mut due);
+        assert_eq!(due.len(), 1);
+        assert!(Arc::ptr_eq(&due[0], &tasks[1]));
+    }
+
+    #[test]
+    fn a_batching_poll_leaves_level_two_to_cascade_when_its_slot_comes() {
+        let mut wheel = Wheel::new();
+        let tasks: Vec<TaskRef> = (0..100).map(|_| task()).collect();
+        for (i, t) in tasks.iter().enumerate() {
+            insert(&mut wheel, t, 4_096 + 37 * i as u64);
+        }
+        let cell = cell_with(wheel);
+        let staging = Staging {
+            from: BATCHING_FROM,
+            horizon: u64::MAX,
+        };
+        assert_eq!(
+            polls_to_stage(&cell, 10, staging),
+            (0, 1),
+            "nothing to stage"
+        );
+        let mut due = Vec::new();
+        cell.poll_chunk(&mut cell.lock(), 4_096, staging, &mut due);
+        assert_eq!(due.len(), 1);
+        assert_eq!(cell.lock().wheel.len(), 99);
     }
 
     #[test]

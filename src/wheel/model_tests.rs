@@ -66,8 +66,10 @@ enum Op {
     Step(u64, usize),
     /// Poll at `next_expiration()` until something comes out.
     RunToNext,
-    /// Stage coarse slots ahead with this budget and horizon (no entry may come out).
-    Stage(usize, u64),
+    /// Stage the coarse slots of the given level and up ahead, with this budget and horizon
+    /// (no entry may come out). The level changes from one call to the next, as the timer's
+    /// does with its slack.
+    Stage(usize, usize, u64),
     /// `extract_some(from, budget)` of the entries whose id is a multiple of the third number
     /// (entries leave from anywhere in their lists, heads included).
     Extract(usize, usize, usize),
@@ -101,7 +103,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => distance().prop_map(Op::Backward),
         3 => (distance(), 0..20usize).prop_map(|(d, b)| Op::Step(d, b)),
         2 => Just(Op::RunToNext),
-        3 => (0..50usize, distance()).prop_map(|(b, h)| Op::Stage(b, h)),
+        3 => (1..5usize, 0..50usize, distance()).prop_map(|(f, b, h)| Op::Stage(f, b, h)),
         2 => (0..300usize, 0..300usize, 1..4usize).prop_map(|(f, b, m)| Op::Extract(f, b, m)),
         1 => Just(Op::Shrink),
     ]
@@ -289,8 +291,8 @@ impl Run {
                 self.poll_bounded(now.saturating_add(d), budget);
             }
             Op::RunToNext => self.run_to_next(),
-            Op::Stage(budget, horizon) => {
-                let moved = self.wheel.stage_ahead(budget, horizon);
+            Op::Stage(from, budget, horizon) => {
+                let moved = self.wheel.stage_ahead_from(from, budget, horizon);
                 assert!(moved <= budget);
             }
             Op::Extract(from, budget, m) => {

@@ -66,7 +66,7 @@ impl<T> Wheel<T> {
     /// [`stage_ahead`](Self::stage_ahead) for the slots of levels `from` and above only (`from`
     /// at least 1): a slot of a low level spans few ticks, so it collects few entries and its
     /// cascade when it comes is short, while staging it would cost each of its entries one more
-    /// move (the timer stages from level 3 up; see `STAGE_FROM_LEVEL` there).
+    /// move (the timer stages from level 2 or 3 up; see `Staging` in `timer/shard.rs`).
     pub fn stage_ahead_from(&mut self, from: usize, budget: usize, horizon: u64) -> usize {
         if !self.due.is_empty() || !self.cascading.is_empty() {
             return 0; // a poll is unfinished: its cascade comes first
