@@ -9,7 +9,7 @@ use super::run;
 use super::sleep::{Watch, Woke};
 use crate::sync::{Arc, Worker};
 use crate::task::TaskRef;
-use crate::timer::duration_nanos;
+use crate::timer::{duration_nanos, Spare};
 use std::time::{Duration, Instant};
 
 /// Rounds of looking for work before a worker announces itself as a sleeper. Each round spins a
@@ -32,6 +32,9 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
     let mut turns = Turns::default();
     // As the watcher: our last poll at a watched tick met no locked shard (`Timer::watch_tick`).
     let mut eager = true;
+    // Storage that shards emptied by our polls as the watcher gave up: freed once we have
+    // nothing to run, so that the timers those polls found never wait for the free (`Spare`).
+    let mut spare = Spare::default();
     loop {
         match queues.take(index, &mut turns, core.lifecycle_cell()) {
             Found::Task(task, taking) => {
@@ -42,6 +45,7 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
             Found::ShutdownNow => break,
             Found::Nothing => {}
         }
+        spare.free();
         if core.worker_should_exit() {
             break;
         }
@@ -69,7 +73,7 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
             watching,
         );
         if woke == Woke::Due {
-            eager = poll_due(&core, index);
+            eager = poll_due(&core, index, &mut spare);
         }
     }
     queues.unbind();
@@ -108,13 +112,14 @@ impl Watch for TimerWatch<'_> {
 /// to the ready queues, this worker's first. Under the `taking` flag, like any take (ground
 /// rules in `queues.rs`), so `shutdown_now` either finds the pool stopped before we poll or
 /// waits for our pushes and sweeps them.
-/// Returns false if a shard with something due was locked (`Timer::help_poll`).
-fn poll_due(core: &Core, index: usize) -> bool {
+/// Returns false if a shard with something due was locked (`Timer::help_poll`). The storage of
+/// shards the poll emptied goes into `spare`, for the caller to free once it has run the tasks.
+fn poll_due(core: &Core, index: usize, spare: &mut Spare) -> bool {
     let (taking, life) = core.queues.raise_taking(index, core.lifecycle_cell());
     let mut all = true;
     if life == Lifecycle::Running {
         let mut due = Vec::new();
-        all = core.timer.help_poll(&mut due);
+        all = core.timer.help_poll(&mut due, spare);
         core.queues.push_from_watcher(&mut due);
     }
     // Release (in `lower`): publishes our pushes to the sweep that follows `quiesce`.

@@ -7,7 +7,8 @@
 //! rules in `timer/mod.rs`).
 
 use super::{
-    clear_keys, duration_nanos, Gate, Host, Lifecycle, PoolId, SlackMark, Timer, AWAKE, CHUNK,
+    clear_keys, duration_nanos, Gate, Host, Lifecycle, PoolId, SlackMark, Spare, Timer, AWAKE,
+    CHUNK,
 };
 use crate::sync::{fence, Arc, Ordering};
 use crate::task::TaskRef;
@@ -46,6 +47,8 @@ pub(crate) struct Driver {
     /// hint to do it: otherwise a crowded coarse slot in a shard nobody polls beforehand
     /// would be cascaded whole when its first tick comes, its first timers waiting for it.
     staged_at: Vec<Option<u64>>,
+    /// Storage that shards emptied by our polls gave up: freed as we go to sleep (`Spare`).
+    spare: Spare,
 }
 
 crate::sync::thread_local! {
@@ -76,6 +79,7 @@ impl Driver {
             slept: SlackMark::default(),
             staging: vec![false; shards],
             staged_at: vec![None; shards],
+            spare: Spare::default(),
         }
     }
 
@@ -117,6 +121,8 @@ impl Driver {
             );
         }
         if let Ok(next) = checked {
+            // Nothing is due: what our polls gave up costs no timer its wait now.
+            self.spare.free();
             self.slept = timer.adapt_slack(self.slept);
             self.tell_watcher_and_park(next);
         }
@@ -162,6 +168,7 @@ impl Driver {
                 continue;
             }
             let polled = cell.poll_chunk(&mut cell.lock_urgent(), now, staging, &mut self.due);
+            self.spare.keep(polled.spare);
             more |= polled.more || polled.stage;
             self.staging[i] = polled.stage;
             self.staged_at[i] = if polled.more || polled.stage {

@@ -41,7 +41,10 @@
 //! **Memory given back.** Wherever entries leave a wheel (a cancel's unlink, a poll that fires
 //! them, the driver's or the watcher's), a shard left empty with room for more than `RELEASE_AT`
 //! entries gives its slab up, in O(1) under the lock (`give_back_if_empty`), and the memory is
-//! freed after unlocking. A shard that still holds entries keeps its room (at most its peak
+//! freed after unlocking: by a canceller at once; by a poller (`Spare`) only when it has
+//! nothing due left to hand out or run (the driver as it goes to sleep, the watcher when it
+//! runs out of work), since freeing megabytes takes about a millisecond and the timers that
+//! poll found would wait for it. A shard that still holds entries keeps its room (at most its peak
 //! entry count, rounded up to the slab's doubling, times 32 B) until it empties: compacting
 //! live entries would be unbounded work under the lock.
 //!
@@ -164,7 +167,7 @@ pub use clock::ManualClock;
 pub(crate) use clock::{duration_nanos, mark_pool_thread, Clock, ClockListener, TimeBase};
 pub(crate) use home::PoolId;
 pub(crate) use settle::Settle;
-pub(crate) use shard::{clear_keys, Keep, NotInserted, Shard, ShardCell, Staging, CHUNK};
+pub(crate) use shard::{clear_keys, Keep, NotInserted, Shard, ShardCell, Spare, Staging, CHUNK};
 use shard::{give_back_if_empty, unlink, Gate};
 
 use crate::error::ResetError;
@@ -601,9 +604,10 @@ impl Timer {
 
     /// The watcher's poll at its tick: every shard with something due that nobody holds gives
     /// at most one chunk of due tasks into `due` (only those a cancel has not won). Never waits
-    /// for a lock (ground rules). Returns false if it left a shard with something due because
-    /// its lock was held.
-    pub(crate) fn help_poll(&self, due: &mut Vec<TaskRef>) -> bool {
+    /// for a lock (ground rules). The storage of shards it emptied goes into `spare`, for the
+    /// watcher to free once it has run what it found. Returns false if it left a shard with
+    /// something due because its lock was held.
+    pub(crate) fn help_poll(&self, due: &mut Vec<TaskRef>, spare: &mut Spare) -> bool {
         let now = self.time.tick_floor(self.time.now_nanos());
         let mut all = true;
         for cell in self.shards.iter() {
@@ -616,7 +620,7 @@ impl Timer {
             };
             let polled = cell.poll_chunk(&mut shard, now, self.staging(), due);
             drop(shard);
-            drop(polled); // what an emptied shard gave up is freed after unlocking
+            spare.keep(polled.spare);
         }
         self.count_fired(due.len());
         due.retain(|t| t.header().state.is_scheduled());
@@ -678,6 +682,35 @@ mod tests {
         assert_eq!(coalescing_slack(5_000, 1_000 * US, 0), 0);
         // No overflow at the extremes.
         assert_eq!(coalescing_slack(u64::MAX, u64::MAX, max), max);
+    }
+
+    #[test]
+    fn the_watchers_poll_keeps_an_emptied_shards_storage_for_it_to_free_later() {
+        use crate::sync::Arc;
+        use crate::task::{OneShot, TaskCell};
+        let timer = Timer::new(TimeBase::new(Clock::System, Duration::from_micros(1)), 2);
+        let n = 5_000; // more than RELEASE_AT: an emptied shard gives its slab up
+        for _ in 0..n {
+            let task: TaskRef = Arc::new(TaskCell::new(OneShot::new(|| ()), 1_000, 0));
+            assert!(timer.insert(task, false).is_ok());
+        }
+        while timer.time.now_nanos() < 2_000 {
+            std::hint::spin_loop();
+        }
+        let (mut due, mut spare) = (Vec::new(), Spare::default());
+        while due.len() < n {
+            let before = due.len();
+            assert!(timer.help_poll(&mut due, &mut spare));
+            assert!(due.len() > before, "a chunk a poll");
+            assert_eq!(
+                spare.is_empty(),
+                due.len() < n,
+                "kept once the shard is empty"
+            );
+        }
+        assert_eq!(timer.shards[0].lock().wheel.capacity(), 0, "given up");
+        spare.free();
+        assert!(spare.is_empty());
     }
 
     #[test]
