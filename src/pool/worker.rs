@@ -36,13 +36,19 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
     // As the watcher: our last poll at a watched tick met no locked shard (`Timer::watch_tick`).
     let mut eager = true;
     // Storage that shards emptied by our polls as the watcher gave up: freed once we have
-    // nothing to run, so that the timers those polls found never wait for the free (`Spare`).
+    // nothing to run, or have run `FREE_SPARE_AFTER` tasks since the poll, so that the timers
+    // the poll found do not wait for the free and a busy pool does not keep it (`Spare`).
     let mut spare = Spare::default();
+    let mut ran_since_poll: u32 = 0;
     loop {
         match queues.take(index, &mut turns, core.lifecycle_cell()) {
             Found::Task(task, taking) => {
                 turns.ran();
                 run_taken(&core, index, task, taking);
+                ran_since_poll = ran_since_poll.saturating_add(1);
+                if ran_since_poll == FREE_SPARE_AFTER {
+                    spare.free();
+                }
                 continue;
             }
             Found::ShutdownNow => break,
@@ -77,10 +83,16 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
         );
         if woke == Woke::Due {
             eager = poll_due(&core, index, &mut spare);
+            ran_since_poll = 0;
         }
     }
     queues.unbind();
 }
+
+/// Tasks a worker runs after its poll as the watcher before it frees the storage that poll
+/// gave up, if it has not run out of work first: past a batch off the shared queue (at most 32
+/// tasks), the timers the poll found have most likely run.
+const FREE_SPARE_AFTER: u32 = 32;
 
 /// How long a watcher whose poll met a locked shard waits before it polls a due tick again:
 /// about one poll's hold of the lock, and no spinning against it.

@@ -41,10 +41,10 @@
 //! **Memory given back.** Wherever entries leave a wheel (a cancel's unlink, a poll that fires
 //! them, the driver's or the watcher's), a shard left empty with room for more than `RELEASE_AT`
 //! entries gives its slab up, in O(1) under the lock (`give_back_if_empty`), and the memory is
-//! freed after unlocking: by a canceller at once; by a poller (`Spare`) only when it has
-//! nothing due left to hand out or run (the driver as it goes to sleep, the watcher when it
-//! runs out of work), since freeing megabytes takes about a millisecond and the timers that
-//! poll found would wait for it. A shard that still holds entries keeps its room (at most its peak
+//! freed after unlocking: by a canceller at once; by a poller (`Spare`) only once it has
+//! handed out or run what that poll found (the driver as it goes to sleep, the watcher when it
+//! runs out of work or has run 32 tasks since), since freeing megabytes takes about a
+//! millisecond and those timers would wait for it. A shard that still holds entries keeps its room (at most its peak
 //! entry count, rounded up to the slab's doubling, times 32 B) until it empties: compacting
 //! live entries would be unbounded work under the lock.
 //!

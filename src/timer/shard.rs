@@ -208,8 +208,8 @@ pub(crate) struct Polled {
     pub(crate) spare: Option<Storage<TaskRef>>,
 }
 
-/// Storage that emptied shards gave up, kept by a poller until it has nothing due to hand out
-/// or run, then freed by dropping this. Freeing a slab is an `munmap` once it is large (4 MB for
+/// Storage that emptied shards gave up, kept by a poller until it has handed out or run what
+/// its polls found, then freed. Freeing a slab is an `munmap` once it is large (4 MB for
 /// 100 000 entries), which took about a millisecond here: freed right after the poll that
 /// emptied the shard, it made the last timer of W3 1 ms late (10 000 timers: 0.2 ms).
 #[derive(Debug, Default)]
