@@ -9,7 +9,7 @@ use super::run;
 use super::sleep::{Watch, Woke};
 use crate::sync::{Arc, Worker};
 use crate::task::TaskRef;
-use crate::timer::{duration_nanos, Spare};
+use crate::timer::duration_nanos;
 use std::time::{Duration, Instant};
 
 /// Rounds of looking for work before a worker announces itself as a sleeper. Each round spins a
@@ -35,26 +35,16 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
     let mut turns = Turns::default();
     // As the watcher: our last poll at a watched tick met no locked shard (`Timer::watch_tick`).
     let mut eager = true;
-    // Storage that shards emptied by our polls as the watcher gave up: freed once we have
-    // nothing to run, or have run `FREE_SPARE_AFTER` tasks since the poll, so that the timers
-    // the poll found do not wait for the free and a busy pool does not keep it (`Spare`).
-    let mut spare = Spare::default();
-    let mut ran_since_poll: u32 = 0;
     loop {
         match queues.take(index, &mut turns, core.lifecycle_cell()) {
             Found::Task(task, taking) => {
                 turns.ran();
                 run_taken(&core, index, task, taking);
-                ran_since_poll = ran_since_poll.saturating_add(1);
-                if ran_since_poll == FREE_SPARE_AFTER {
-                    spare.free();
-                }
                 continue;
             }
             Found::ShutdownNow => break,
             Found::Nothing => {}
         }
-        spare.free();
         if core.worker_should_exit() {
             break;
         }
@@ -82,17 +72,11 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
             watching,
         );
         if woke == Woke::Due {
-            eager = poll_due(&core, index, &mut spare);
-            ran_since_poll = 0;
+            eager = poll_due(&core, index);
         }
     }
     queues.unbind();
 }
-
-/// Tasks a worker runs after its poll as the watcher before it frees the storage that poll
-/// gave up, if it has not run out of work first: past a batch off the shared queue (at most 32
-/// tasks), the timers the poll found have most likely run.
-const FREE_SPARE_AFTER: u32 = 32;
 
 /// How long a watcher whose poll met a locked shard waits before it polls a due tick again:
 /// about one poll's hold of the lock, and no spinning against it.
@@ -127,14 +111,13 @@ impl Watch for TimerWatch<'_> {
 /// to the ready queues, this worker's first. Under the `taking` flag, like any take (ground
 /// rules in `queues.rs`), so `shutdown_now` either finds the pool stopped before we poll or
 /// waits for our pushes and sweeps them.
-/// Returns false if a shard with something due was locked (`Timer::help_poll`). The storage of
-/// shards the poll emptied goes into `spare`, for the caller to free once it has run the tasks.
-fn poll_due(core: &Core, index: usize, spare: &mut Spare) -> bool {
+/// Returns false if a shard with something due was locked (`Timer::help_poll`).
+fn poll_due(core: &Core, index: usize) -> bool {
     let (taking, life) = core.queues.raise_taking(index, core.lifecycle_cell());
     let mut all = true;
     if life == Lifecycle::Running {
         let mut due = Vec::new();
-        all = core.timer.help_poll(&mut due, spare);
+        all = core.timer.help_poll(&mut due);
         core.queues.push_from_watcher(&mut due);
     }
     // Release (in `lower`): publishes our pushes to the sweep that follows `quiesce`.

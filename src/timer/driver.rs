@@ -54,7 +54,8 @@ pub(crate) struct Driver {
     /// hint to do it: otherwise a crowded coarse slot in a shard nobody polls beforehand
     /// would be cascaded whole when its first tick comes, its first timers waiting for it.
     staged_at: Vec<Option<u64>>,
-    /// Storage that shards emptied by our polls gave up: freed as we go to sleep (`Spare`).
+    /// Storage that shards emptied by our polls (and the watcher's) gave up: freed as we park
+    /// (`Spare`).
     spare: Spare,
     /// How long after a watched tick the driver wakes to hand out what the watcher left
     /// (`adapt_backstop`).
@@ -137,8 +138,6 @@ impl Driver {
             );
         }
         if let Ok(next) = checked {
-            // Nothing is due: what our polls gave up costs no timer its wait now.
-            self.spare.free();
             self.slept = timer.adapt_slack(self.slept);
             self.tell_watcher_and_park(next);
         }
@@ -271,6 +270,7 @@ impl Driver {
             if at.saturating_sub(timer.time.now_nanos()) > ahead
                 && (timer.watcher_is_late(tick) || self.unstaged(tick))
             {
+                self.free_spare();
                 timer.parker.park(Some(timer.time.instant_of(at - ahead)));
                 return;
             }
@@ -293,7 +293,16 @@ impl Driver {
             ),
             _ => None,
         };
+        self.free_spare();
         self.park_for(next, behind);
+    }
+
+    /// About to park, with what our polls found handed out and the watcher nudged: frees the
+    /// storage that emptied shards gave up, ours and the watcher's (`Spare`).
+    fn free_spare(&mut self) {
+        let host = self.host.clone();
+        host.timer().take_spare(&mut self.spare);
+        self.spare.free();
     }
 
     /// True if a shard whose next expiration is `tick` has not been polled for staging at it

@@ -41,10 +41,12 @@
 //! **Memory given back.** Wherever entries leave a wheel (a cancel's unlink, a poll that fires
 //! them, the driver's or the watcher's), a shard left empty with room for more than `RELEASE_AT`
 //! entries gives its slab up, in O(1) under the lock (`give_back_if_empty`), and the memory is
-//! freed after unlocking: by a canceller at once; by a poller (`Spare`) only once it has
-//! handed out or run what that poll found (the driver as it goes to sleep, the watcher when it
-//! runs out of work or has run 32 tasks since), since freeing megabytes takes about a
-//! millisecond and those timers would wait for it. A shard that still holds entries keeps its room (at most its peak
+//! freed after unlocking: by a canceller at once; by a poller not before the timers that poll
+//! found (`Spare`), since freeing megabytes takes about a millisecond. The driver frees what
+//! its own polls gave up as it parks, after it has handed them out and nudged the watcher; the
+//! watcher hands what its polls gave up to the driver and wakes it (rare: a shard of more than
+//! `RELEASE_AT` entries' room emptied), so a task it then runs, however long, holds nothing.
+//! A free can delay the driver's next pass by that millisecond, once per emptied shard. A shard that still holds entries keeps its room (at most its peak
 //! entry count, rounded up to the slab's doubling, times 32 B) until it empties: compacting
 //! live entries would be unbounded work under the lock.
 //!
@@ -89,8 +91,10 @@
 //!   falls back to 50 us as soon as a pass finds entries the watcher left. A watcher that keeps
 //!   up with deadlines one every 50 us (20 000 one-second heartbeats) thus costs the driver a
 //!   wake-up per 200 us, not one per deadline (that pool's CPU: 1.26 s over 4 s, against
-//!   1.77 s). A watcher that is busy or slow to get a CPU costs its first timer at most 200 us
-//!   more, and the ones after it 50 us.
+//!   1.77 s). When the watcher fails a timer (busy, or slow to get a CPU), the driver hands it
+//!   out within the backstop in force (at most 200 us) of its deadline plus the slack, and the
+//!   backstop is 50 us again for the next ones. A watcher that stays late by less than the
+//!   backstop hands everything out itself, late by that much, and the backstop stays long.
 //!   Nothing here changes a fence pair: the driver still announces its tick, producers still
 //!   wake it for earlier ones, and it wakes for every entry at the latest the backstop plus
 //!   the slack after its deadline.
@@ -178,7 +182,7 @@ use shard::{give_back_if_empty, unlink, Gate};
 
 use crate::error::ResetError;
 use crate::sync::{
-    fence, AtomicBool, AtomicU64, CachePadded, Ordering, Parker, SpinMutex, SpinMutexGuard,
+    fence, AtomicBool, AtomicU64, CachePadded, Mutex, Ordering, Parker, SpinMutex, SpinMutexGuard,
 };
 use crate::task::state::{End, Snapshot};
 use crate::task::{Header, RawTask, TaskRef};
@@ -302,6 +306,9 @@ pub(crate) struct Timer {
     max_slack: u64,
     /// [`STAGE_AHEAD`] in ticks.
     pub(crate) stage_horizon: u64,
+    /// Storage that the watcher's polls took from emptied shards, for the timer thread to free
+    /// as it parks (`Spare`; see "Memory given back").
+    spare: Mutex<Spare>,
 }
 
 impl Timer {
@@ -340,6 +347,7 @@ impl Timer {
             slack: AtomicU64::new(0),
             max_slack,
             stage_horizon,
+            spare: Mutex::new(Spare::default()),
         }
     }
 
@@ -368,8 +376,10 @@ impl Timer {
     }
 
     /// How a poll stages now (see "Staging"): level 2 too while the timer side is precise, only
-    /// level 3 and up while it batches (its slack at least half the cap, or a manual clock,
-    /// whose time jumps make a cascade cost no lateness).
+    /// level 3 and up while it batches (its slack at least half the cap). A pool without slack
+    /// (a manual clock, whose time jumps make a cascade cost no lateness, or a tick of 1 ms or
+    /// more, where level 2 spans 4 s and more) reads as batching: level 3 and up, as before
+    /// slack-chosen staging.
     pub(crate) fn staging(&self) -> Staging {
         // Relaxed: a stale slack only picks the other level for one poll.
         let batching = self.slack.load(Ordering::Relaxed) >= self.max_slack / 2;
@@ -610,10 +620,11 @@ impl Timer {
 
     /// The watcher's poll at its tick: every shard with something due that nobody holds gives
     /// at most one chunk of due tasks into `due` (only those a cancel has not won). Never waits
-    /// for a lock (ground rules). The storage of shards it emptied goes into `spare`, for the
-    /// watcher to free once it has run what it found. Returns false if it left a shard with
-    /// something due because its lock was held.
-    pub(crate) fn help_poll(&self, due: &mut Vec<TaskRef>, spare: &mut Spare) -> bool {
+    /// for a lock (ground rules). The storage of shards it emptied goes to the timer thread,
+    /// which is woken to free it (`Spare`). Returns false if it left a shard with something due
+    /// because its lock was held.
+    pub(crate) fn help_poll(&self, due: &mut Vec<TaskRef>) -> bool {
+        let mut spare = Spare::default();
         let now = self.time.tick_floor(self.time.now_nanos());
         let mut all = true;
         for cell in self.shards.iter() {
@@ -630,7 +641,18 @@ impl Timer {
         }
         self.count_fired(due.len());
         due.retain(|t| t.header().state.is_scheduled());
+        if !spare.is_empty() {
+            // Rare (a shard of more than RELEASE_AT entries' room emptied): one wake-up of the
+            // timer thread, which frees it on another CPU, not in the way of `due`.
+            self.spare.lock().take_from(&mut spare);
+            self.wake();
+        }
         all
+    }
+
+    /// The storage the watcher's polls left for the timer thread to free (`Spare`).
+    pub(crate) fn take_spare(&self, into: &mut Spare) {
+        into.take_from(&mut self.spare.lock());
     }
 
     /// Wakes the driver unconditionally (shutdown, manual clock).
@@ -691,7 +713,7 @@ mod tests {
     }
 
     #[test]
-    fn the_watchers_poll_keeps_an_emptied_shards_storage_for_it_to_free_later() {
+    fn the_watchers_poll_hands_an_emptied_shards_storage_to_the_timer_thread() {
         use crate::sync::Arc;
         use crate::task::{OneShot, TaskCell};
         let timer = Timer::new(TimeBase::new(Clock::System, Duration::from_micros(1)), 2);
@@ -703,16 +725,23 @@ mod tests {
         while timer.time.now_nanos() < 2_000 {
             std::hint::spin_loop();
         }
-        let (mut due, mut spare) = (Vec::new(), Spare::default());
+        let mut due = Vec::new();
+        let mut spare = Spare::default();
         while due.len() < n {
             let before = due.len();
-            assert!(timer.help_poll(&mut due, &mut spare));
+            timer.sleep_until.store(12_345, Ordering::Relaxed); // the driver sleeps
+            assert!(timer.help_poll(&mut due));
             assert!(due.len() > before, "a chunk a poll");
+            timer.take_spare(&mut spare);
+            let emptied = due.len() == n;
             assert_eq!(
-                spare.is_empty(),
-                due.len() < n,
-                "kept once the shard is empty"
+                !spare.is_empty(),
+                emptied,
+                "handed over once the shard is empty"
             );
+            // Handing it over wakes the timer thread, which frees it as it parks again.
+            let woken = timer.sleep_until.load(Ordering::Relaxed) == AWAKE;
+            assert_eq!(woken, emptied);
         }
         assert_eq!(timer.shards[0].lock().wheel.capacity(), 0, "given up");
         spare.free();
