@@ -158,8 +158,8 @@ impl Driver {
     pub(crate) fn poll_step(&mut self) -> (bool, usize) {
         let host = self.host.clone();
         let timer = host.timer();
-        // While a worker watches, what came due in the last `BACKSTOP` is the watcher's to
-        // hand out: the driver takes only what it has left that long.
+        // While a worker watches, what came due within the backstop is the watcher's to hand
+        // out: the driver takes only what it has left that long.
         let behind = if self.watcher_helps() {
             duration_nanos(self.backstop)
         } else {
@@ -285,14 +285,9 @@ impl Driver {
         } else {
             Duration::ZERO
         };
-        self.backstop_until = match (watched, next) {
-            (true, Some(tick)) => Some(
-                timer
-                    .wake_nanos(tick)
-                    .saturating_add(duration_nanos(behind)),
-            ),
-            _ => None,
-        };
+        self.backstop_until = next
+            .filter(|_| watched)
+            .map(|tick| park_nanos(timer, tick, behind));
         self.free_spare();
         self.park_for(next, behind);
     }
@@ -340,12 +335,7 @@ impl Driver {
     fn park_for(&self, next: Option<u64>, behind: Duration) {
         let timer = self.timer();
         let deadline = match (&timer.settle, next) {
-            (None, Some(tick)) => {
-                let at = timer
-                    .wake_nanos(tick)
-                    .saturating_add(duration_nanos(behind));
-                Some(timer.time.instant_of(at))
-            }
+            (None, Some(tick)) => Some(timer.time.instant_of(park_nanos(timer, tick, behind))),
             _ => None, // a manual clock wakes the driver when time moves
         };
         timer.parker.park(deadline);
@@ -412,6 +402,13 @@ impl Driver {
         }
         host.hand_back(all);
     }
+}
+
+/// When a park for the tick `tick` ends, `behind` after it (nanoseconds since the origin).
+fn park_nanos(timer: &Timer, tick: u64, behind: Duration) -> u64 {
+    timer
+        .wake_nanos(tick)
+        .saturating_add(duration_nanos(behind))
 }
 
 #[cfg(all(test, not(wheelpool_loom)))]

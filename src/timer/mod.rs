@@ -46,9 +46,10 @@
 //! its own polls gave up as it parks, after it has handed them out and nudged the watcher; the
 //! watcher hands what its polls gave up to the driver and wakes it (rare: a shard of more than
 //! `RELEASE_AT` entries' room emptied), so a task it then runs, however long, holds nothing.
-//! A free can delay the driver's next pass by that millisecond, once per emptied shard. A shard that still holds entries keeps its room (at most its peak
-//! entry count, rounded up to the slab's doubling, times 32 B) until it empties: compacting
-//! live entries would be unbounded work under the lock.
+//! A free can delay the driver's next pass by that millisecond, once per emptied shard. A
+//! shard that still holds entries keeps its room (at most its peak entry count, rounded up to
+//! the slab's doubling, times 32 B) until it empties: compacting live entries would be
+//! unbounded work under the lock.
 //!
 //! **Hints.** Each shard keeps, beside its lock, a `hint`: a lower bound on the earliest tick in
 //! its wheel, written only under the lock (an insert below it lowers it; a poll, the driver's or
@@ -152,8 +153,8 @@
 //! - Which levels (`Timer::staging`): level 2 and up while the timer side is precise, level 3
 //!   and up while it batches (slack at least half the cap). A level-2 slot spans 4 ms: W3 puts
 //!   400 timers in one, whose cascade took 20-100 us and was W3's p99; a dense stream puts
-//!   thousands in one, but then its cascade hides in the slack, and staging it would cost the
-//!   stream one more move per timer (W5: 5-9% more CPU). Levels 0 and 1 are never staged.
+//!   thousands in one, but then its cascade hides in the slack, and a build that staged level
+//!   2 always cost W5 5-9% more CPU. Levels 0 and 1 are never staged.
 //! - How much: a step is short, so that the entries a poll found due, or that come due while
 //!   the driver stages, wait for a few microseconds of it, not for a chunk: at most
 //!   `STAGE_WITH_DUE` (16) moves in a poll that found due entries (they are handed out after
@@ -305,7 +306,7 @@ pub(crate) struct Timer {
     /// The largest slack this pool uses: [`MAX_SLACK`] less the tick, 0 with a manual clock.
     max_slack: u64,
     /// [`STAGE_AHEAD`] in ticks.
-    pub(crate) stage_horizon: u64,
+    stage_horizon: u64,
     /// Storage that the watcher's polls took from emptied shards, for the timer thread to free
     /// as it parks (`Spare`; see "Memory given back").
     spare: Mutex<Spare>,
@@ -625,6 +626,7 @@ impl Timer {
     /// because its lock was held.
     pub(crate) fn help_poll(&self, due: &mut Vec<TaskRef>) -> bool {
         let mut spare = Spare::default();
+        let staging = self.staging();
         let now = self.time.tick_floor(self.time.now_nanos());
         let mut all = true;
         for cell in self.shards.iter() {
@@ -635,7 +637,7 @@ impl Timer {
                 all = false; // the driver (awake at this tick too) or a producer has it
                 continue;
             };
-            let polled = cell.poll_chunk(&mut shard, now, self.staging(), due);
+            let polled = cell.poll_chunk(&mut shard, now, staging, due);
             drop(shard);
             spare.keep(polled.spare);
         }

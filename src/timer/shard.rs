@@ -37,13 +37,13 @@ pub(crate) const BATCHING_FROM: usize = 3;
 
 /// Entries a poll that found due entries may still stage: a few microseconds, which those
 /// entries wait for before they are handed out.
-pub(crate) const STAGE_WITH_DUE: usize = 16;
+const STAGE_WITH_DUE: usize = 16;
 
 /// Entries a poll that found nothing due stages at most. Smaller than `CHUNK`: the driver goes
 /// round again at once while there is more (`Polled::stage`), releasing the lock in between,
 /// so a timer that comes due meanwhile waits for one step (a few microseconds), not 512
 /// moves (20-100 us with cold entries).
-pub(crate) const STAGE_STEP: usize = 64;
+const STAGE_STEP: usize = 64;
 
 /// Which waiting tasks a graceful shutdown keeps in the wheels, to run at their time (the pool's
 /// policy, from its builder). The driver's sweep takes the others out: periodic tasks go to the

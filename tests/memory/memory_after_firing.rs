@@ -33,14 +33,19 @@ fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
+/// A 2-worker pool that has run one timer, and the bytes allocated then: the baseline, taken
+/// after what the pool allocates once (thread-locals, queue blocks).
+fn warmed_pool() -> (ScheduledThreadPool, isize) {
+    let pool = ScheduledThreadPool::builder().threads(2).build().unwrap();
+    let warm = pool.schedule(|| (), Duration::from_millis(1)).unwrap();
+    assert_eq!(warm.join(), Ok(()));
+    (pool, ALLOC.allocated() as isize)
+}
+
 #[test]
 fn a_million_fired_one_shots_leave_at_most_a_megabyte_behind() {
     let _serial = crate::serial();
-    let pool = ScheduledThreadPool::builder().threads(2).build().unwrap();
-    // Warm up what the pool allocates once (thread-locals, queue blocks) before the baseline.
-    let warm = pool.schedule(|| (), Duration::from_millis(1)).unwrap();
-    assert_eq!(warm.join(), Ok(()));
-    let before = ALLOC.allocated() as isize;
+    let (pool, before) = warmed_pool();
     let ran = Arc::new(AtomicUsize::new(0));
     thread::scope(|s| {
         for p in 0..PRODUCERS {
@@ -102,10 +107,7 @@ fn a_million_fired_one_shots_leave_at_most_a_megabyte_behind() {
 fn a_long_task_run_from_an_emptied_shard_keeps_none_of_its_memory() {
     const N: usize = 100_000;
     let _serial = crate::serial();
-    let pool = ScheduledThreadPool::builder().threads(2).build().unwrap();
-    let warm = pool.schedule(|| (), Duration::from_millis(1)).unwrap();
-    assert_eq!(warm.join(), Ok(()));
-    let before = ALLOC.allocated() as isize;
+    let (pool, before) = warmed_pool();
     let ran = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
