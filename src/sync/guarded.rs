@@ -1,30 +1,28 @@
-//! [`Guarded<T>`]: a value behind a [`ByteLock`] that lives somewhere else. With the lock itself
-//! (`spin.rs`), the crate's only `unsafe` code.
+//! [`Guarded<T>`]: a value behind a lock that lives somewhere else. With the locks of `spin.rs`,
+//! the crate's only `unsafe` code.
 //!
 //! A task's body (its closure or result, and who waits on it) is behind a lock. As a
 //! `Mutex<Body>`, the lock's byte sat in a word of its own: a word every pending timer paid for
-//! (W1's bytes per timer). Here the lock is one byte of the task's header word, beside the
-//! state, shard and id bytes, and the body is a bare cell that is reached only through the lock.
+//! (W1's bytes per timer). Then it was a byte of the task's header beside the state byte, and
+//! a cancel or the start of a run paid two locked instructions: the state's compare-and-swap,
+//! then the lock's. Now the lock is the top bit of the state byte itself (`task/state.rs`), so
+//! one compare-and-swap both wins the task and locks its body; the body here is a bare cell
+//! reached only by a holder of that bit.
 //!
 //! # Ground rules
 //!
-//! - A `Guarded<T>` is paired for life with one `ByteLock`: every [`Guarded::with`] on it passes
-//!   that lock (the caller promises it; a task's cell passes its own header's lock, and nothing
-//!   else can name its body).
-//! - `with` takes the lock, lends the value as `&mut T` to its closure, and unlocks when the
-//!   closure returns or unwinds. So while the closure runs no other reference to the value
-//!   exists: this is a mutex whose byte is stored apart from its data.
-//! - The closure must not call `with` on the same pair again (it would wait for itself, as with
-//!   a `Mutex`), and runs no user code (it is held for a few stores).
+//! - A `Guarded<T>` is paired for life with one lock: every [`Guarded::with_held`] on it is made
+//!   while the caller holds that lock (the caller promises it; a task's cell passes the proof
+//!   of its own state's lock, `state::Held`, and checks it is its own).
+//! - While the closure of `with_held` runs, no other reference to the value exists: this is a
+//!   mutex whose lock is stored apart from its data.
+//! - The closure runs no user code (the lock is held for a few stores).
 //!
-//! The lock is a [`RawSpinLock`] (`spin.rs`): one byte, and an unlock that is a plain release
-//! store. Under loom its byte is a loom atomic, and the cell is loom's `UnsafeCell`, which
-//! checks every access against the lock's happens-before edges; the loom models of the task
+//! Under loom the state byte is a loom atomic and the cell is loom's `UnsafeCell`, which checks
+//! every access against the lock's happens-before edges; the loom models of the task
 //! (`loom/task.rs`, `loom/future.rs`, ...) drive every path here. The cell tests also run under
 //! Miri.
 #![allow(unsafe_code)]
-
-use super::spin::RawSpinLock;
 
 #[cfg(not(wheelpool_loom))]
 mod imp {
@@ -55,35 +53,7 @@ mod imp {
     }
 }
 
-/// A one-byte lock for a [`Guarded`] value kept elsewhere (see the ground rules).
-pub(crate) struct ByteLock(RawSpinLock);
-
-impl ByteLock {
-    #[allow(clippy::new_without_default)] // a lock has no meaningful default pairing
-    pub(crate) fn new() -> Self {
-        ByteLock(RawSpinLock::new())
-    }
-}
-
-impl std::fmt::Debug for ByteLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ByteLock")
-    }
-}
-
-/// Unlocks on drop, so a panic inside [`Guarded::with`] leaves the lock free.
-struct Unlock<'a>(&'a ByteLock);
-
-impl Drop for Unlock<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        // SAFETY: an `Unlock` is made only right after `lock()` returned in `Guarded::with`,
-        // and dropped once, when that call ends: the lock is held by this context.
-        unsafe { self.0 .0.unlock() };
-    }
-}
-
-/// A value reached only through its [`ByteLock`] (see the ground rules).
+/// A value reached only under a lock kept elsewhere (see the ground rules).
 pub(crate) struct Guarded<T> {
     value: imp::UnsafeCell<T>,
 }
@@ -99,17 +69,15 @@ impl<T> Guarded<T> {
         }
     }
 
-    /// Runs `f` on the value with `lock` held; unlocks when `f` returns or unwinds.
+    /// Runs `f` on the value; the caller holds its lock.
     ///
     /// # Safety
-    /// Every call on this `Guarded` passes the same `lock` (see the ground rules).
+    /// The caller holds the lock paired with this `Guarded` (see the ground rules) until `f`
+    /// returns.
     #[inline]
-    pub(crate) unsafe fn with<R>(&self, lock: &ByteLock, f: impl FnOnce(&mut T) -> R) -> R {
-        lock.0.lock();
-        let _unlock = Unlock(lock);
-        // SAFETY: `lock` is held until `_unlock` drops, after `f` returns, and every access to
-        // this value holds the same lock (this function's contract): nothing else reaches the
-        // value meanwhile.
+    pub(crate) unsafe fn with_held<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        // SAFETY: every access to this value holds its lock, which the caller holds until `f`
+        // returns (this function's contract): nothing else reaches the value meanwhile.
         unsafe { imp::with_mut(&self.value, f) }
     }
 }
@@ -123,29 +91,26 @@ impl<T> std::fmt::Debug for Guarded<T> {
 #[cfg(all(test, not(wheelpool_loom)))]
 mod tests {
     use super::*;
-    use std::sync::Arc;
+    use std::sync::{Arc, Mutex};
 
+    /// A value and the lock kept beside it.
     struct Pair {
-        lock: ByteLock,
+        lock: Mutex<()>,
         value: Guarded<Vec<u64>>,
     }
 
     impl Pair {
         fn with<R>(&self, f: impl FnOnce(&mut Vec<u64>) -> R) -> R {
-            // SAFETY: `value` is only ever reached with `lock`.
-            unsafe { self.value.with(&self.lock, f) }
+            let _held = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            // SAFETY: `value` is only ever reached with `lock` held, as here.
+            unsafe { self.value.with_held(f) }
         }
-    }
-
-    #[test]
-    fn the_lock_is_one_byte() {
-        assert_eq!(std::mem::size_of::<ByteLock>(), 1);
     }
 
     #[test]
     fn threads_take_turns_and_nothing_is_lost() {
         let pair = Arc::new(Pair {
-            lock: ByteLock::new(),
+            lock: Mutex::new(()),
             value: Guarded::new(Vec::new()),
         });
         let threads = if cfg!(miri) { 3 } else { 4 };
@@ -166,21 +131,5 @@ mod tests {
         let mut all = pair.with(std::mem::take);
         all.sort_unstable();
         assert_eq!(all, (0..threads * per).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn a_panic_inside_leaves_the_lock_free() {
-        let pair = Pair {
-            lock: ByteLock::new(),
-            value: Guarded::new(vec![1]),
-        };
-        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            pair.with(|v| {
-                v.push(2);
-                panic!("inside");
-            })
-        }));
-        assert!(caught.is_err());
-        assert_eq!(pair.with(|v| v.clone()), [1, 2]);
     }
 }

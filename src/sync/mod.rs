@@ -16,7 +16,9 @@
 mod guarded;
 mod spin;
 
-pub(crate) use guarded::{ByteLock, Guarded};
+pub(crate) use guarded::Guarded;
+#[cfg(not(wheelpool_loom))]
+pub(crate) use spin::backoff_until;
 pub(crate) use spin::lock_urgent;
 
 #[cfg(not(wheelpool_loom))]

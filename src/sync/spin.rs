@@ -1,7 +1,7 @@
-//! Locks whose unlock is a plain release store, for the two locks every schedule and cancel
-//! takes: [`RawSpinLock`], a task's body lock (a byte of its header, `guarded.rs`), and
-//! [`RawShardLock`] under [`SpinMutex`], a timer shard's lock, by which the timer thread goes
-//! first ([`lock_urgent`]).
+//! Locks whose unlock is a plain release store. [`RawShardLock`] under [`SpinMutex`] is a timer
+//! shard's lock, which every schedule and cancel takes and by which the timer thread goes first
+//! ([`lock_urgent`]); its byte is a [`RawSpinLock`]. A task's body lock is the top bit of the
+//! task's state byte (`task/state.rs`); it waits as these do, through [`backoff_until`].
 //!
 //! # Why not `parking_lot`'s mutex
 //!
@@ -34,12 +34,14 @@
 //!   byte, and `lock` does not take a lock whose `urgent` byte is up, so the timer thread waits
 //!   for the current holder only. It never naps longer than `NAP`. Producers among themselves
 //!   barge, as they did on `parking_lot`'s mutex between its fair unlocks.
-//! - Under loom a body lock's byte is a loom atomic and a waiter yields to loom's scheduler, so
-//!   the models that take a task's body lock explore its lock/unlock pair; a shard's lock is
-//!   loom's mutex there (`sync/mod.rs`), and `lock_urgent` its plain `lock`. The waiting code
-//!   (backoff, naps, `urgent`) runs in this file's unit tests, also under Miri.
+//! - Under loom a shard's lock is loom's mutex (`sync/mod.rs`), and `lock_urgent` its plain
+//!   `lock`; a body lock's waiter blocks on a loom mutex and condvar beside the state byte
+//!   (`task/state.rs`), so the models that take a task's body lock explore its byte protocol
+//!   without spinning. The waiting code (backoff, naps, `urgent`) runs in this file's unit
+//!   tests, also under Miri.
 #![allow(unsafe_code)]
 
+#[cfg(not(wheelpool_loom))]
 use super::{AtomicBool, Ordering};
 #[cfg(not(wheelpool_loom))]
 use parking_lot::lock_api;
@@ -56,33 +58,18 @@ const NAP: Duration = Duration::from_micros(20);
 #[cfg(not(wheelpool_loom))]
 const MAX_NAP: Duration = Duration::from_millis(1);
 
-/// A one-byte lock (a task's body lock); see the module's ground rules.
+/// A one-byte lock (a shard lock's byte); see the module's ground rules.
+#[cfg(not(wheelpool_loom))]
 pub(crate) struct RawSpinLock {
     held: AtomicBool,
 }
 
+#[cfg(not(wheelpool_loom))]
 impl RawSpinLock {
     /// A free lock.
-    #[cfg(not(wheelpool_loom))]
     pub(crate) const fn new() -> Self {
         RawSpinLock {
             held: AtomicBool::new(false),
-        }
-    }
-
-    /// A free lock (loom's atomics are not `const`).
-    #[cfg(wheelpool_loom)]
-    pub(crate) fn new() -> Self {
-        RawSpinLock {
-            held: AtomicBool::new(false),
-        }
-    }
-
-    /// Takes the lock, waiting (never parking) while another context holds it.
-    #[inline]
-    pub(crate) fn lock(&self) {
-        if !self.try_lock() {
-            self.lock_contended();
         }
     }
 
@@ -102,11 +89,6 @@ impl RawSpinLock {
         self.held.store(false, Ordering::Release);
     }
 
-    #[cold]
-    fn lock_contended(&self) {
-        self.lock_waiting(MaxNap::Growing, || false);
-    }
-
     /// The wait of every contended lock: back off until the byte reads free and `blocked` says
     /// no (a shard's `urgent` byte, for an ordinary shard locker), then try; again until won.
     fn lock_waiting(&self, max: MaxNap, blocked: impl Fn() -> bool) {
@@ -121,6 +103,7 @@ impl RawSpinLock {
 }
 
 /// Wins `held` from free to held; true if this call did.
+#[cfg(not(wheelpool_loom))]
 #[inline]
 fn take(held: &AtomicBool) -> bool {
     // Acquire: pairs with the Release store of the previous holder's `unlock`.
@@ -129,36 +112,29 @@ fn take(held: &AtomicBool) -> bool {
 }
 
 /// How long a waiter's naps may grow (see the ground rules).
+#[cfg(not(wheelpool_loom))]
 #[derive(Clone, Copy)]
 enum MaxNap {
     /// An ordinary waiter: from `NAP` up to `MAX_NAP`.
     Growing,
-    /// The timer thread: `NAP` at most (a shard's lock; under loom that is loom's mutex).
-    #[cfg_attr(wheelpool_loom, allow(dead_code))]
+    /// The timer thread: `NAP` at most.
     Short,
 }
 
-/// One waiter's backoff: spin, yield, then nap (outside loom); yield to loom's scheduler (under
-/// loom).
+/// One waiter's backoff: spin, yield, then nap (see the ground rules).
+#[cfg(not(wheelpool_loom))]
 struct Wait {
-    #[cfg(not(wheelpool_loom))]
     backoff: crossbeam_utils::Backoff,
-    #[cfg(not(wheelpool_loom))]
     nap: Duration,
-    #[cfg(not(wheelpool_loom))]
     max: Duration,
 }
 
+#[cfg(not(wheelpool_loom))]
 impl Wait {
     fn new(max: MaxNap) -> Self {
-        #[cfg(wheelpool_loom)]
-        let _ = max;
         Wait {
-            #[cfg(not(wheelpool_loom))]
             backoff: crossbeam_utils::Backoff::new(),
-            #[cfg(not(wheelpool_loom))]
             nap: NAP,
-            #[cfg(not(wheelpool_loom))]
             max: match max {
                 MaxNap::Growing => MAX_NAP,
                 MaxNap::Short => NAP,
@@ -168,23 +144,33 @@ impl Wait {
 
     /// Waits until `held` reads free and `blocked` says no (the `urgent` byte for an ordinary
     /// shard locker), reading and never writing, so waiters do not fight over the line.
-    #[cfg(not(wheelpool_loom))]
     fn until_free(&mut self, held: &AtomicBool, blocked: &impl Fn() -> bool) {
         // Relaxed: only a hint to try; the caller's compare-and-swap is what acquires.
         while held.load(Ordering::Relaxed) || blocked() {
-            if self.backoff.is_completed() {
-                std::thread::sleep(self.nap);
-                self.nap = (self.nap * 2).min(self.max);
-            } else {
-                self.backoff.snooze();
-            }
+            self.nap_or_spin();
         }
     }
 
-    /// Under loom: let another thread run (the lock's holder among them).
-    #[cfg(wheelpool_loom)]
-    fn until_free(&mut self, _held: &AtomicBool, _blocked: &impl Fn() -> bool) {
-        loom::thread::yield_now();
+    /// One step of the wait: a spin or a yield while the backoff lasts, then a nap twice the
+    /// last (up to the cap).
+    fn nap_or_spin(&mut self) {
+        if self.backoff.is_completed() {
+            std::thread::sleep(self.nap);
+            self.nap = (self.nap * 2).min(self.max);
+        } else {
+            self.backoff.snooze();
+        }
+    }
+}
+
+/// Waits, as a lock's waiter does (spin, yield, then nap), until `ready` says yes: for a
+/// lock kept elsewhere, such as the body lock in a task's state byte (`task/state.rs`).
+/// `ready` only reads; the caller's compare-and-swap, tried after, is what acquires.
+#[cfg(not(wheelpool_loom))]
+pub(crate) fn backoff_until(ready: impl Fn() -> bool) {
+    let mut wait = Wait::new(MaxNap::Growing);
+    while !ready() {
+        wait.nap_or_spin();
     }
 }
 
@@ -285,7 +271,6 @@ pub(crate) fn lock_urgent<T>(mutex: &super::Mutex<T>) -> super::MutexGuard<'_, T
 #[cfg(all(test, not(wheelpool_loom)))]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicU64;
     use std::sync::Arc;
 
     /// Whether a shard lock's `urgent` byte is up.
@@ -295,7 +280,7 @@ mod tests {
     }
 
     #[test]
-    fn the_body_lock_is_one_byte() {
+    fn the_lock_byte_is_one_byte() {
         assert_eq!(std::mem::size_of::<RawSpinLock>(), 1);
     }
 
@@ -308,12 +293,6 @@ mod tests {
         drop(guard);
         assert!(!m.is_locked());
         assert_eq!(*m.try_lock().expect("free after the guard dropped"), 5);
-        let body = RawSpinLock::new();
-        body.lock();
-        assert!(!body.try_lock());
-        // SAFETY: locked just above, by this thread.
-        unsafe { body.unlock() };
-        assert!(body.try_lock());
     }
 
     /// Threads (more than the machine's cores) add to plain counters under the lock, one of
@@ -343,42 +322,22 @@ mod tests {
         assert_eq!(*m.lock(), (threads * per, threads * per));
     }
 
-    /// The same for the body lock.
+    /// `backoff_until` returns once its condition holds, through spinning, yielding and
+    /// napping, and at once if it already does.
     #[test]
-    fn body_lock_holders_take_turns() {
-        struct Shared {
-            lock: RawSpinLock,
-            a: AtomicU64,
-            b: AtomicU64,
-        }
-        let threads = if cfg!(miri) { 3 } else { 6 };
-        let per: u64 = if cfg!(miri) { 20 } else { 20_000 };
-        let s = Arc::new(Shared {
-            lock: RawSpinLock::new(),
-            a: AtomicU64::new(0),
-            b: AtomicU64::new(0),
-        });
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                let s = Arc::clone(&s);
-                std::thread::spawn(move || {
-                    for _ in 0..per {
-                        s.lock.lock();
-                        // Two Relaxed read-then-writes: only the lock keeps them from mixing.
-                        let a = s.a.load(Ordering::Relaxed);
-                        assert_eq!(a, s.b.load(Ordering::Relaxed), "two holders at once");
-                        s.a.store(a + 1, Ordering::Relaxed);
-                        s.b.store(a + 1, Ordering::Relaxed);
-                        // SAFETY: locked above, by this thread.
-                        unsafe { s.lock.unlock() };
-                    }
-                })
+    fn backoff_until_waits_for_its_condition() {
+        backoff_until(|| true);
+        let flag = Arc::new(AtomicBool::new(false));
+        let setter = {
+            let flag = Arc::clone(&flag);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(if cfg!(miri) { 1 } else { 20 }));
+                flag.store(true, Ordering::Release);
             })
-            .collect();
-        for h in handles {
-            h.join().unwrap();
-        }
-        assert_eq!(s.a.load(Ordering::Relaxed), threads * per);
+        };
+        backoff_until(|| flag.load(Ordering::Acquire));
+        assert!(flag.load(Ordering::Relaxed));
+        setter.join().unwrap();
     }
 
     /// A holder that keeps the lock for a long time (as a preempted one does) is waited for,

@@ -1,7 +1,7 @@
 //! `TaskCell<J>`: the one allocation behind a task and its future (and, once someone waits on
 //! it, a boxed waker).
 
-use super::state::{End, Snapshot};
+use super::state::{End, Held, Snapshot};
 use super::{
     Cancelled, Header, Job, Name, NameSlot, PendingTask, RawTask, RunEnv, RunOutcome, Stop,
     Stopped, TaskResult,
@@ -13,7 +13,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-/// Where the closure or its result is. Guarded by the lock in the task's header.
+/// Where the closure or its result is. Guarded by the lock in the task's state byte.
 ///
 /// Every variant but `Waiting` and `Done` is data-less and a failure is only its kind (a panic's
 /// message waits in the `Extra` box): a task's cell is sized for its largest stage, and every
@@ -76,7 +76,7 @@ impl<J: Job> Body<J> {
 }
 
 /// A task: header, its name if it has one (`N`: `()` or a [`Name`]), and closure-or-result
-/// (with the waker of whoever waits). The body's lock is a byte of the header.
+/// (with the waker of whoever waits). The body's lock is the top bit of the header's state.
 pub(crate) struct TaskCell<J: Job, N: NameSlot = ()> {
     header: Header,
     name: N,
@@ -124,32 +124,38 @@ impl<J: Job, N: NameSlot> TaskCell<J, N> {
         }
     }
 
-    /// Runs `f` on the body under its lock. `f` stores and takes values; every user value it
-    /// takes out (a closure, a waker) is dropped or called after it returns.
+    /// Runs `f` on the body under `held`, this task's body lock (taken by a transition such
+    /// as `start`, or by `State::lock`). `f` stores and takes values; every user value it takes
+    /// out (a closure, a waker) is dropped or called after the lock is released.
     ///
     /// The crate's one `unsafe` call outside `sync/` (`guarded.rs`, `spin.rs`): the promise that
     /// pairs a body with its lock.
     #[inline]
     #[allow(unsafe_code)]
-    fn body<R>(&self, f: impl FnOnce(&mut Body<J>) -> R) -> R {
-        // SAFETY: the body is private to this cell, and this is the only place that reaches it:
-        // always with the lock of this cell's own header.
-        unsafe { self.body.with(&self.header.body_lock, f) }
+    fn body_held<R>(&self, held: &Held<'_>, f: impl FnOnce(&mut Body<J>) -> R) -> R {
+        // A pointer comparison: what the promise below rests on.
+        assert!(
+            held.guards(&self.header.state),
+            "a task's body reached with another task's lock"
+        );
+        // SAFETY: `held` is this cell's own state's lock (checked above), held until `f`
+        // returns (it is borrowed for the call), and every access to the body holds it.
+        unsafe { self.body.with_held(f) }
     }
 
-    /// Stores the final result, then wakes the future. The caller has already moved the state to
-    /// a terminal value and dropped every user value it had to drop, so a joiner that returns
-    /// finds the closure's captures gone.
-    fn complete(&self, result: Result<J::Output, TaskError>) {
-        let (stage, message) = Stage::<J>::finished(result);
-        // A panic's message goes in the `Extra` box: made here, outside the lock, if needed.
-        let mut spare = message.map(|message| {
-            Box::new(Extra {
-                waker: None,
-                message: Some(message),
-            })
-        });
-        let waker = self.body(|body| {
+    /// Takes the body lock and runs `f` on the body (see [`body_held`](Self::body_held)).
+    #[inline]
+    fn body<R>(&self, f: impl FnOnce(&mut Body<J>) -> R) -> R {
+        let held = self.header.state.lock();
+        self.body_held(&held, f)
+    }
+
+    /// Stores the final result as the lock `held` (which leaves a terminal state) is released,
+    /// then wakes the future. The caller has already dropped every user value it had to drop,
+    /// so a joiner that returns finds the closure's captures gone.
+    fn complete(&self, held: Held<'_>, outcome: Outcome<J>) {
+        let Outcome { stage, mut spare } = outcome;
+        let waker = self.body_held(&held, |body| {
             body.stage = stage;
             if let Some(new) = spare.as_mut() {
                 match body.extra.as_mut() {
@@ -159,16 +165,17 @@ impl<J: Job, N: NameSlot> TaskCell<J, N> {
             }
             body.take_waker()
         });
+        drop(held);
         drop(spare);
         wake(waker);
     }
 
-    /// For a task that just left `SCHEDULED` without running (a cancel or a stop won it): takes
-    /// the closure out and stores `failure`, in one critical section. Returns the closure and the
-    /// waiter's waker: the caller drops (or hands back) the closure, then wakes, so a joiner
-    /// that wakes finds the captures gone.
-    fn finish_waiting(&self, failure: Failure) -> (J, Option<Waker>) {
-        self.body(|body| {
+    /// For a task that just left `SCHEDULED` without running (a cancel or a stop won it, and
+    /// with it the lock `held`): takes the closure out and stores `failure`, in one critical
+    /// section. Returns the closure and the waiter's waker: the caller drops (or hands back) the
+    /// closure, then wakes, so a joiner that wakes finds the captures gone.
+    fn finish_waiting(&self, held: Held<'_>, failure: Failure) -> (J, Option<Waker>) {
+        self.body_held(&held, |body| {
             let job = match std::mem::replace(&mut body.stage, Stage::Failed(failure)) {
                 Stage::Waiting(job) => job,
                 _ => broken_invariant("a task left SCHEDULED but its closure was gone"),
@@ -177,39 +184,33 @@ impl<J: Job, N: NameSlot> TaskCell<J, N> {
         })
     }
 
-    /// Takes the closure out of a task that just left `SCHEDULED` (a run, a cancel or a stop won
-    /// it, so it must be here).
-    fn take_job(&self) -> J {
-        self.body(
-            |body| match std::mem::replace(&mut body.stage, Stage::Running) {
+    /// Takes the closure out of a task whose run just won `SCHEDULED -> RUNNING` (and with it
+    /// the lock `held`), so it must be here.
+    fn take_job(&self, held: Held<'_>) -> J {
+        self.body_held(&held, |body| {
+            match std::mem::replace(&mut body.stage, Stage::Running) {
                 Stage::Waiting(job) => job,
                 _ => broken_invariant("a task left SCHEDULED but its closure was gone"),
-            },
-        )
+            }
+        })
     }
 
     /// After a periodic run: put the closure back and become `SCHEDULED` for `next`, unless a
     /// cancel came in during the run. `ran_ok`: that run counts as completed.
     fn rearm(&self, env: &dyn RunEnv, job: J, next: u64, ran_ok: bool, now: u64) -> RunOutcome {
         self.header.set_deadline(next);
-        let cancelled = self.body(|body| {
-            body.stage = Stage::Waiting(job);
-            // The closure is back in the body before the task can be seen as SCHEDULED again,
-            // so a canceller that wins SCHEDULED -> CANCELLED finds it there.
-            if self.header.state.rearm() {
-                return None;
-            }
-            // RunningCancelled: the cancel returned true; no run may follow.
-            Some(std::mem::replace(&mut body.stage, Stage::Running))
-        });
-        let Some(job) = cancelled else {
+        let mut held = self.header.state.lock();
+        if held.snapshot() == Snapshot::Running {
+            // One unlock publishes the closure and SCHEDULED together, so a canceller that
+            // wins SCHEDULED -> CANCELLED finds the closure there.
+            self.body_held(&held, |body| body.stage = Stage::Waiting(job));
+            held.rearm();
             return RunOutcome::Rearm { ran_ok, now };
-        };
+        }
+        // RunningCancelled: the cancel returned true; no run may follow.
+        drop(held);
         drop_user(job);
-        self.header.state.finish_cancelled_run();
-        env.run_ending(End::Cancelled, ran_ok);
-        self.complete(Err(TaskError::Cancelled));
-        RunOutcome::Finished(End::Cancelled)
+        self.end_cancelled_run(env, ran_ok)
     }
 
     /// After a run that ends the task: store `result` as `to`, or `Cancelled` if a cancel came in.
@@ -223,19 +224,54 @@ impl<J: Job, N: NameSlot> TaskCell<J, N> {
         ran_ok: bool,
     ) -> RunOutcome {
         drop_user(job);
-        // Only this worker leaves RUNNING (a canceller may only mark it RUNNING_CANCELLED), and
-        // the stage stays `Running` until `complete`, so joiners wait for the result below.
-        if self.header.state.end_run(to) {
+        let outcome = Outcome::new(result);
+        // Only this worker leaves RUNNING (a canceller may only mark it RUNNING_CANCELLED, and
+        // not while this lock is held), so one critical section ends the task and stores its
+        // result. The pool counts the end under the lock too: its counters agree by the time
+        // a joiner sees the result.
+        let mut held = self.header.state.lock();
+        if held.snapshot() == Snapshot::Running {
+            held.end_run(to);
             env.run_ending(to, ran_ok);
-            self.complete(result);
+            self.complete(held, outcome);
             return RunOutcome::Finished(to);
         }
-        // RunningCancelled: the run's value (if any) is dropped before the future says Cancelled.
-        drop_user(result);
-        self.header.state.finish_cancelled_run();
+        // RunningCancelled: the run's value (if any) is dropped, outside the lock, before the
+        // future says Cancelled.
+        drop(held);
+        drop_user(outcome);
+        self.end_cancelled_run(env, ran_ok)
+    }
+
+    /// The end of a run during which the task was cancelled (`RUNNING_CANCELLED`): the task
+    /// ends `Cancelled`, counted and stored under one lock.
+    fn end_cancelled_run(&self, env: &dyn RunEnv, ran_ok: bool) -> RunOutcome {
+        let outcome = Outcome::new(Err(TaskError::Cancelled));
+        let mut held = self.header.state.lock();
+        held.end_run(End::Cancelled);
         env.run_ending(End::Cancelled, ran_ok);
-        self.complete(Err(TaskError::Cancelled));
+        self.complete(held, outcome);
         RunOutcome::Finished(End::Cancelled)
+    }
+}
+
+/// A final result ready to store: its stage, and the `Extra` box for a panic's message, made
+/// before the lock is taken.
+struct Outcome<J: Job> {
+    stage: Stage<J>,
+    spare: Option<Box<Extra>>,
+}
+
+impl<J: Job> Outcome<J> {
+    fn new(result: Result<J::Output, TaskError>) -> Self {
+        let (stage, message) = Stage::<J>::finished(result);
+        let spare = message.map(|message| {
+            Box::new(Extra {
+                waker: None,
+                message: Some(message),
+            })
+        });
+        Outcome { stage, spare }
     }
 }
 
@@ -249,10 +285,10 @@ impl<J: Job, N: NameSlot> RawTask for TaskCell<J, N> {
     }
 
     fn run(&self, env: &dyn RunEnv) -> RunOutcome {
-        if !self.header.state.start() {
+        let Some(held) = self.header.state.start() else {
             return RunOutcome::NotStarted;
-        }
-        let mut job = self.take_job();
+        };
+        let mut job = self.take_job(held);
         let start = env.run_starts(&self.header);
         let (id, name, kind) = (self.header.id(), self.name(), self.header.kind().label());
         let _span = crate::trace::run(id, name.map(|n| n.as_str()), kind, start.map(|s| s.late));
@@ -299,9 +335,9 @@ impl<J: Job, N: NameSlot> RawTask for TaskCell<J, N> {
         loop {
             match self.header.state.load() {
                 Snapshot::Scheduled => {
-                    if self.header.state.end_waiting(End::Cancelled) {
+                    if let Some(held) = self.header.state.end_waiting(End::Cancelled) {
                         // The closure and what it captured go now, not at the deadline.
-                        let (job, waker) = self.finish_waiting(Failure::Cancelled);
+                        let (job, waker) = self.finish_waiting(held, Failure::Cancelled);
                         drop_user(job);
                         wake(waker);
                         return Cancelled::Waiting;
@@ -322,10 +358,10 @@ impl<J: Job, N: NameSlot> RawTask for TaskCell<J, N> {
             Stop::ShutdownNow => (End::Cancelled, Failure::Cancelled),
             Stop::Shutdown | Stop::HandBackAtShutdown => (End::Shutdown, Failure::Shutdown),
         };
-        if !self.header.state.end_waiting(to) {
+        let Some(held) = self.header.state.end_waiting(to) else {
             return Stopped::NotWaiting;
-        }
-        let (job, waker) = self.finish_waiting(err);
+        };
+        let (job, waker) = self.finish_waiting(held, err);
         let stopped =
             match why {
                 Stop::ShutdownNow | Stop::HandBackAtShutdown => Stopped::HandedBack(
@@ -479,8 +515,8 @@ mod size_tests {
     /// from growing unnoticed (W1 measures memory per pending timer).
     #[test]
     fn a_capture_less_task_cell_stays_small() {
-        // State, body lock, shard and a 40-bit id in one word, then the deadline, then the
-        // wheel key and the kind. An unnamed task keeps no name at all; a named one a thin
+        // State (the body lock its top bit), shard and a 40-bit id in one word, then the
+        // deadline, then the wheel key and the kind. An unnamed task keeps no name at all; a named one a thin
         // pointer more.
         assert_eq!(std::mem::size_of::<Header>(), 24);
         // The stage (two bytes for a closure that captures nothing) and the `Extra` box: with

@@ -31,7 +31,7 @@ pub(crate) use cell::TaskCell;
 pub(crate) use job::{Job, OneShot};
 
 use crate::error::TaskError;
-use crate::sync::{Arc, AtomicU32, AtomicU64, ByteLock, Ordering};
+use crate::sync::{Arc, AtomicU32, AtomicU64, Ordering};
 use std::any::Any;
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -129,16 +129,14 @@ pub(crate) enum Stopped {
     Ended,
 }
 
-/// The fields every task has, whatever its closure and output types. 24 bytes: the state, the
-/// body's lock, the shard and the id share one word (the id in its five bytes), then the
-/// deadline, then the wheel key and the kind. The name lives beside the header only in named
-/// tasks (`TaskCell`'s name slot). So a capture-less one-shot's whole cell is 40 bytes, and
-/// with the `Arc`'s counts it takes the allocator's 64-byte chunk.
+/// The fields every task has, whatever its closure and output types. 24 bytes: the state (with
+/// the body's lock in its top bit), the shard and the id share one word (the id in five of its
+/// bytes), then the deadline, then the wheel key and the kind. The name lives beside the header
+/// only in named tasks (`TaskCell`'s name slot). So a capture-less one-shot's whole cell is 40
+/// bytes, and with the `Arc`'s counts it takes the allocator's 64-byte chunk.
 pub(crate) struct Header {
+    /// The task's state, and in its top bit the lock of its body (`TaskCell`; see `state.rs`).
     pub(crate) state: state::State,
-    /// The lock of the task's body (`TaskCell`), kept here where it fills a byte of a word the
-    /// header has anyway (see `sync/guarded.rs`).
-    pub(super) body_lock: ByteLock,
     /// How its runs are planned (never changes).
     kind: TaskKind,
     /// The timer shard whose wheel takes this task (never changes; a pool has at most 64),
@@ -169,7 +167,6 @@ impl Header {
         };
         Header {
             state: state::State::new(),
-            body_lock: ByteLock::new(),
             kind,
             shard,
             id: PackedId::next(),

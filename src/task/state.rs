@@ -27,8 +27,23 @@
 //! - Terminal states (`COMPLETED`, `CANCELLED`, `PANICKED`, `SHUTDOWN`) never change again. The
 //!   thread that enters a terminal state also stores the result under the task's body lock.
 //!
-//! Orderings: every transition is `AcqRel` (it hands the task's body from one thread to the next);
-//! plain reads are `Acquire`, pairing with those transitions.
+//! The same byte is the lock of the task's body (its closure or result, and who waits on it:
+//! `cell.rs`), in its top bit, [`LOCK`]:
+//!
+//! - While the bit is up, only its holder changes the byte: every other transition is a
+//!   compare-and-swap that expects the bit down, and one that finds the bit up waits for it to
+//!   fall (the holder keeps it for a few stores and runs no user code) and tries again.
+//! - So the holder knows the state while it holds the bit, and it unlocks with a plain Release
+//!   store of the state it leaves: a new one (a periodic re-arm, the end of a run) or the one
+//!   it found. Its unlock is a store, not a locked instruction.
+//! - A transition that hands the body to its winner also takes the lock ([`State::start`],
+//!   [`State::end_waiting`]): one compare-and-swap where a transition and then a lock took two.
+//!   A cancel of a waiting task and the start of a run each cost one locked instruction fewer,
+//!   and the end of a run takes the lock and decides under it ([`State::lock`], [`Held`]).
+//!
+//! Orderings: a compare-and-swap that changes the state or takes the lock is `AcqRel` (it hands
+//! the task's body from one thread to the next); the unlock is `Release`; plain reads are
+//! `Acquire`, pairing with both.
 
 use crate::sync::{AtomicU8, Ordering};
 
@@ -125,19 +140,33 @@ impl Snapshot {
     }
 }
 
-/// The atomic state of one task.
+/// The body lock: the top bit of a task's state byte (see the ground rules).
+const LOCK: u8 = 0x80;
+
+/// The atomic state of one task, and its body lock.
 #[derive(Debug)]
-pub(crate) struct State(AtomicU8);
+pub(crate) struct State {
+    byte: AtomicU8,
+    /// Under loom, a waiter for the lock blocks here instead of spinning: loom may schedule
+    /// two yielding waiters against each other without end, where a real scheduler runs the
+    /// holder. The byte protocol it models is the same.
+    #[cfg(wheelpool_loom)]
+    parked: (crate::sync::Mutex<()>, crate::sync::Condvar),
+}
 
 impl State {
     pub(crate) fn new() -> Self {
-        State(AtomicU8::new(SCHEDULED.0))
+        State {
+            byte: AtomicU8::new(SCHEDULED.0),
+            #[cfg(wheelpool_loom)]
+            parked: (crate::sync::Mutex::new(()), crate::sync::Condvar::new()),
+        }
     }
 
     #[inline]
     pub(crate) fn load(&self) -> Snapshot {
-        // Acquire: pairs with the AcqRel transitions below.
-        Snapshot::of(Byte(self.0.load(Ordering::Acquire)))
+        // Acquire: pairs with the AcqRel transitions and the Release unlocks.
+        Snapshot::of(Byte(self.byte.load(Ordering::Acquire) & !LOCK))
     }
 
     /// True while the task waits to run.
@@ -146,53 +175,159 @@ impl State {
         self.load() == Snapshot::Scheduled
     }
 
-    /// Moves `from -> to`; true if this call made the change.
+    /// Moves `from -> to` (taking the lock too if `lock`), waiting while another context holds
+    /// the lock; false if the state is not `from`.
     #[inline]
-    fn transition(&self, from: Byte, to: Byte) -> bool {
-        // AcqRel: the winner takes over the body the previous owner released.
-        self.0
-            .compare_exchange(from.0, to.0, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+    fn transition(&self, from: Byte, to: Byte, lock: bool) -> bool {
+        let to = if lock { to.0 | LOCK } else { to.0 };
+        loop {
+            // AcqRel: the winner takes over the body the previous owner released.
+            match self
+                .byte
+                .compare_exchange(from.0, to, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return true,
+                Err(seen) if seen == from.0 | LOCK => self.wait_unlocked(),
+                Err(_) => return false,
+            }
+        }
     }
 
-    /// A worker takes a waiting task to run it.
-    #[inline]
-    pub(crate) fn start(&self) -> bool {
-        self.transition(SCHEDULED, RUNNING)
+    /// Waits until the lock reads free (spin, yield, nap: `sync::backoff_until`).
+    #[cold]
+    fn wait_unlocked(&self) {
+        // Relaxed: only a hint to try again; the caller's compare-and-swap is what acquires.
+        #[cfg(not(wheelpool_loom))]
+        crate::sync::backoff_until(|| self.byte.load(Ordering::Relaxed) & LOCK == 0);
+        #[cfg(wheelpool_loom)]
+        {
+            // The holder stores, then passes through the mutex and notifies (`unparked`): a
+            // waiter that checks under the mutex either sees the store or is waiting when the
+            // notification comes.
+            let (mutex, cv) = &self.parked;
+            let mut guard = mutex.lock();
+            while self.byte.load(Ordering::Relaxed) & LOCK != 0 {
+                guard = crate::sync::wait_until(cv, guard, None);
+            }
+        }
     }
 
-    /// A periodic task's worker puts it back to wait for its next run (fails if a cancel
-    /// marked the run `RunningCancelled`).
+    /// Under loom, wakes the waiters of [`wait_unlocked`](Self::wait_unlocked) after an unlock.
+    #[cfg(wheelpool_loom)]
+    fn unparked(&self) {
+        let (mutex, cv) = &self.parked;
+        drop(mutex.lock());
+        cv.notify_all();
+    }
+
+    /// Takes the body lock, whatever the state; the state stays as it is until the holder
+    /// changes it.
     #[inline]
-    pub(crate) fn rearm(&self) -> bool {
-        self.transition(RUNNING, SCHEDULED)
+    pub(crate) fn lock(&self) -> Held<'_> {
+        // Relaxed: a first guess for the compare-and-swap, which acquires.
+        let mut seen = self.byte.load(Ordering::Relaxed);
+        loop {
+            if seen & LOCK != 0 {
+                // Wait, then guess the holder left the state as it was; a wrong guess costs
+                // one failed compare-and-swap, which reads the byte as it is now.
+                self.wait_unlocked();
+                seen &= !LOCK;
+            }
+            // AcqRel: pairs with the previous holder's Release unlock (and transitions).
+            match self.byte.compare_exchange_weak(
+                seen,
+                seen | LOCK,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    return Held {
+                        state: self,
+                        now: Byte(seen),
+                    }
+                }
+                Err(now) => seen = now,
+            }
+        }
+    }
+
+    /// A worker takes a waiting task to run it, and the body lock with it (to take the
+    /// closure out).
+    #[inline]
+    pub(crate) fn start(&self) -> Option<Held<'_>> {
+        // `then`, not `then_some`: a `Held` made and dropped on failure would unlock.
+        self.transition(SCHEDULED, RUNNING, true).then(|| Held {
+            state: self,
+            now: RUNNING,
+        })
     }
 
     /// A waiting task is stopped before it runs (cancel, `shutdown_now`, or a shutdown): it
-    /// ends as `to`.
+    /// ends as `to`, and the winner holds the body lock (to take the closure out and store the
+    /// failure).
     #[inline]
-    pub(crate) fn end_waiting(&self, to: End) -> bool {
-        self.transition(SCHEDULED, to.byte())
+    pub(crate) fn end_waiting(&self, to: End) -> Option<Held<'_>> {
+        self.transition(SCHEDULED, to.byte(), true).then(|| Held {
+            state: self,
+            now: to.byte(),
+        })
     }
 
     /// A cancel marks a running task: that run finishes, nothing runs after it.
     #[inline]
     pub(crate) fn cancel_running(&self) -> bool {
-        self.transition(RUNNING, RUNNING_CANCELLED)
+        self.transition(RUNNING, RUNNING_CANCELLED, false)
+    }
+}
+
+/// The body lock, held (see the ground rules). Dropping it unlocks, storing the state its
+/// holder leaves; nobody else changes the state meanwhile.
+#[must_use = "dropping it unlocks at once"]
+pub(crate) struct Held<'a> {
+    state: &'a State,
+    /// The state as it is, and will be stored at the unlock.
+    now: Byte,
+}
+
+impl Held<'_> {
+    /// The state, which only this holder may change until it unlocks.
+    #[inline]
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        Snapshot::of(self.now)
     }
 
-    /// The worker ends the task after its last run, unless a cancel marked it meanwhile.
+    /// True if this lock is `state`'s: a body reached with it is the one `state` guards.
     #[inline]
-    pub(crate) fn end_run(&self, to: End) -> bool {
-        self.transition(RUNNING, to.byte())
+    pub(crate) fn guards(&self, state: &State) -> bool {
+        std::ptr::eq(self.state, state)
     }
 
-    /// Stores a terminal state after a cancelled run; only the worker that ran it calls this.
+    /// A periodic task's worker puts it back to wait for its next run, as it unlocks.
     #[inline]
-    pub(crate) fn finish_cancelled_run(&self) {
-        debug_assert_eq!(self.load(), Snapshot::RunningCancelled);
-        // Release: pairs with the Acquire in `load`, publishing the result stored before it.
-        self.0.store(CANCELLED.0, Ordering::Release);
+    pub(crate) fn rearm(&mut self) {
+        debug_assert_eq!(self.now, RUNNING, "only a running task re-arms");
+        self.now = SCHEDULED;
+    }
+
+    /// The worker ends its task after a run (`RUNNING` or `RUNNING_CANCELLED`), as it unlocks.
+    #[inline]
+    pub(crate) fn end_run(&mut self, to: End) {
+        debug_assert!(
+            self.now == RUNNING || (self.now == RUNNING_CANCELLED && to == End::Cancelled),
+            "a run ends from RUNNING, or as cancelled from RUNNING_CANCELLED"
+        );
+        self.now = to.byte();
+    }
+}
+
+impl Drop for Held<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // Release: pairs with the Acquire of the next holder's compare-and-swap and of `load`,
+        // publishing what this holder did under the lock, with the state it leaves.
+        self.state.byte.store(self.now.0, Ordering::Release);
+        #[cfg(wheelpool_loom)]
+        self.state.unparked();
     }
 }
 
@@ -203,15 +338,122 @@ mod tests {
     #[test]
     fn exactly_one_cas_leaves_scheduled() {
         let s = State::new();
-        assert!(s.start());
-        assert!(!s.end_waiting(End::Cancelled));
+        let held = s.start().expect("a new task is scheduled");
+        assert_eq!(
+            s.load(),
+            Snapshot::Running,
+            "the lock bit is not part of the state"
+        );
+        drop(held);
+        assert!(s.end_waiting(End::Cancelled).is_none());
         assert_eq!(s.load(), Snapshot::Running);
         assert!(s.cancel_running());
         assert!(s.load().is_cancelled());
         assert!(!s.load().is_terminal());
-        assert!(!s.rearm(), "a cancelled run never re-arms");
-        s.finish_cancelled_run();
+        let mut held = s.lock();
+        assert_eq!(
+            held.snapshot(),
+            Snapshot::RunningCancelled,
+            "a cancelled run never re-arms"
+        );
+        held.end_run(End::Cancelled);
+        drop(held);
         assert_eq!(s.load(), Snapshot::Ended(End::Cancelled));
+    }
+
+    #[test]
+    fn a_holder_re_arms_as_it_unlocks() {
+        let s = State::new();
+        let mut held = s.start().expect("a new task is scheduled");
+        assert!(held.guards(&s));
+        held.rearm();
+        assert_eq!(
+            s.load(),
+            Snapshot::Running,
+            "nothing changes before the unlock"
+        );
+        drop(held);
+        assert!(s.is_scheduled());
+        let held = s.end_waiting(End::Shutdown).expect("scheduled again");
+        drop(held);
+        assert_eq!(s.load(), Snapshot::Ended(End::Shutdown));
+    }
+
+    #[test]
+    fn a_transition_waits_for_the_holder() {
+        let s = std::sync::Arc::new(State::new());
+        let held = s.start().expect("a new task is scheduled");
+        let canceller = {
+            let s = std::sync::Arc::clone(&s);
+            std::thread::spawn(move || s.cancel_running())
+        };
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(!canceller.is_finished(), "no change while the lock is held");
+        assert_eq!(s.load(), Snapshot::Running);
+        drop(held);
+        assert!(canceller.join().unwrap());
+        assert_eq!(s.load(), Snapshot::RunningCancelled);
+    }
+
+    /// Threads (more than the machine's cores) take the lock in turn, one of them changing
+    /// the state under it and others trying transitions that must wait for it: under the lock
+    /// two Relaxed counters never differ, and every increment is there at the end.
+    #[test]
+    fn holders_take_turns_and_transitions_wait() {
+        use std::sync::atomic::AtomicU64;
+        use std::sync::Arc;
+        struct Shared {
+            state: State,
+            a: AtomicU64,
+            b: AtomicU64,
+        }
+        let threads = if cfg!(miri) { 3 } else { 6 };
+        let per: u64 = if cfg!(miri) { 20 } else { 20_000 };
+        let s = Arc::new(Shared {
+            state: State::new(),
+            a: AtomicU64::new(0),
+            b: AtomicU64::new(0),
+        });
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let s = Arc::clone(&s);
+                std::thread::spawn(move || {
+                    for i in 0..per {
+                        let mut held = match (t, i % 2) {
+                            // A worker's round: start (taking the lock), re-arm as it unlocks.
+                            (0, _) => match s.state.start() {
+                                Some(held) => held,
+                                None => s.state.lock(),
+                            },
+                            // A canceller's mark: waits for any holder, then may find RUNNING.
+                            (1, 0) => {
+                                s.state.cancel_running();
+                                s.state.lock()
+                            }
+                            _ => s.state.lock(),
+                        };
+                        // Two Relaxed read-then-writes: only the lock keeps them from mixing.
+                        let a = s.a.load(Ordering::Relaxed);
+                        assert_eq!(a, s.b.load(Ordering::Relaxed), "two holders at once");
+                        s.a.store(a + 1, Ordering::Relaxed);
+                        s.b.store(a + 1, Ordering::Relaxed);
+                        match held.snapshot() {
+                            Snapshot::Running => held.rearm(),
+                            Snapshot::RunningCancelled => {
+                                // Back to the start for the next round, as a test only may.
+                                held.now = SCHEDULED;
+                            }
+                            _ => {}
+                        }
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+        assert_eq!(s.a.load(Ordering::Relaxed), threads * per);
+        assert!(s.state.is_scheduled());
     }
 
     #[test]
