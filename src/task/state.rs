@@ -32,7 +32,10 @@
 //!
 //! - While the bit is up, only its holder changes the byte: every other transition is a
 //!   compare-and-swap that expects the bit down, and one that finds the bit up waits for it to
-//!   fall (the holder keeps it for a few stores and runs no user code) and tries again.
+//!   fall (the holder keeps it for a few stores, and runs no user code: the end of a run
+//!   also counts the task out, which once the pool shuts down may wake the timer thread
+//!   through its parker's mutex; nothing holds that mutex and waits for a task) and tries
+//!   again.
 //! - So the holder knows the state while it holds the bit, and it unlocks with a plain Release
 //!   store of the state it leaves: a new one (a periodic re-arm, the end of a run) or the one
 //!   it found. Its unlock is a store, not a locked instruction.
