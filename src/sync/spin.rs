@@ -94,7 +94,8 @@ impl RawSpinLock {
     fn lock_waiting(&self, max: MaxNap, blocked: impl Fn() -> bool) {
         let mut wait = Wait::new(max);
         loop {
-            wait.until_free(&self.held, &blocked);
+            // Relaxed: only a hint to try; the compare-and-swap in `take` is what acquires.
+            wait.until(|| !self.held.load(Ordering::Relaxed) && !blocked());
             if take(&self.held) {
                 return;
             }
@@ -142,23 +143,18 @@ impl Wait {
         }
     }
 
-    /// Waits until `held` reads free and `blocked` says no (the `urgent` byte for an ordinary
-    /// shard locker), reading and never writing, so waiters do not fight over the line.
-    fn until_free(&mut self, held: &AtomicBool, blocked: &impl Fn() -> bool) {
-        // Relaxed: only a hint to try; the caller's compare-and-swap is what acquires.
-        while held.load(Ordering::Relaxed) || blocked() {
-            self.nap_or_spin();
-        }
-    }
-
-    /// One step of the wait: a spin or a yield while the backoff lasts, then a nap twice the
-    /// last (up to the cap).
-    fn nap_or_spin(&mut self) {
-        if self.backoff.is_completed() {
-            std::thread::sleep(self.nap);
-            self.nap = (self.nap * 2).min(self.max);
-        } else {
-            self.backoff.snooze();
+    /// Waits until `ready` says yes (a lock byte reads free and, for an ordinary shard
+    /// locker, the `urgent` byte is down), reading and never writing, so waiters do not fight
+    /// over the line: a spin or a yield while the backoff lasts, then naps, each twice the last
+    /// (up to the cap). A waiter that keeps its `Wait` across failed tries keeps its nap.
+    fn until(&mut self, ready: impl Fn() -> bool) {
+        while !ready() {
+            if self.backoff.is_completed() {
+                std::thread::sleep(self.nap);
+                self.nap = (self.nap * 2).min(self.max);
+            } else {
+                self.backoff.snooze();
+            }
         }
     }
 }
@@ -168,10 +164,7 @@ impl Wait {
 /// `ready` only reads; the caller's compare-and-swap, tried after, is what acquires.
 #[cfg(not(wheelpool_loom))]
 pub(crate) fn backoff_until(ready: impl Fn() -> bool) {
-    let mut wait = Wait::new(MaxNap::Growing);
-    while !ready() {
-        wait.nap_or_spin();
-    }
+    Wait::new(MaxNap::Growing).until(ready);
 }
 
 /// A timer shard's lock: a [`RawSpinLock`], and an `urgent` byte by which the timer thread
