@@ -516,8 +516,8 @@ mod size_tests {
     #[test]
     fn a_capture_less_task_cell_stays_small() {
         // State (the body lock its top bit), shard and a 40-bit id in one word, then the
-        // deadline, then the wheel key and the kind. An unnamed task keeps no name at all; a named one a thin
-        // pointer more.
+        // deadline, then the wheel key and the kind. An unnamed task keeps no name at all; a
+        // named one a thin pointer more.
         assert_eq!(std::mem::size_of::<Header>(), 24);
         // The stage (two bytes for a closure that captures nothing) and the `Extra` box: with
         // the `Arc`'s counts 56 bytes, glibc's 64-byte chunk (it was the 80-byte one with the

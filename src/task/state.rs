@@ -258,11 +258,7 @@ impl State {
     /// closure out).
     #[inline]
     pub(crate) fn start(&self) -> Option<Held<'_>> {
-        // `then`, not `then_some`: a `Held` made and dropped on failure would unlock.
-        self.transition(SCHEDULED, RUNNING, true).then(|| Held {
-            state: self,
-            now: RUNNING,
-        })
+        self.win(RUNNING)
     }
 
     /// A waiting task is stopped before it runs (cancel, `shutdown_now`, or a shutdown): it
@@ -270,9 +266,16 @@ impl State {
     /// failure).
     #[inline]
     pub(crate) fn end_waiting(&self, to: End) -> Option<Held<'_>> {
-        self.transition(SCHEDULED, to.byte(), true).then(|| Held {
+        self.win(to.byte())
+    }
+
+    /// Moves `SCHEDULED -> to` and takes the body lock with it; the winner holds the lock.
+    #[inline]
+    fn win(&self, to: Byte) -> Option<Held<'_>> {
+        // `then`, not `then_some`: a `Held` made and dropped on failure would unlock.
+        self.transition(SCHEDULED, to, true).then(|| Held {
             state: self,
-            now: to.byte(),
+            now: to,
         })
     }
 
@@ -380,6 +383,22 @@ mod tests {
         let held = s.end_waiting(End::Shutdown).expect("scheduled again");
         drop(held);
         assert_eq!(s.load(), Snapshot::Ended(End::Shutdown));
+    }
+
+    /// A panic under the lock (a broken invariant) unwinds through `Held`, which unlocks and
+    /// leaves the state as the holder had it.
+    #[test]
+    fn a_panic_under_the_lock_leaves_it_free() {
+        let s = State::new();
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let mut held = s.start().expect("a new task is scheduled");
+            held.rearm();
+            panic!("inside");
+        }));
+        assert!(caught.is_err());
+        assert!(s.is_scheduled());
+        let held = s.lock();
+        assert_eq!(held.snapshot(), Snapshot::Scheduled);
     }
 
     #[test]
