@@ -6,17 +6,16 @@
 //! result and stores its waker under the same lock. A lost wake-up leaves `block_on` (or the
 //! condvar wait) blocked with every other thread finished, which loom reports as a deadlock.
 
-use super::{bare_one_shot, block_on, model, BareEnv, Count, OneShotFn};
+use super::{bare_one_shot, block_on, model, BareEnv, Count};
 use crate::error::TaskError;
-use crate::sync::Arc;
 use crate::task::state::End;
-use crate::task::{Cancelled, OneShot, RawTask, RunOutcome, TaskCell, TaskResult};
+use crate::task::{Cancelled, RunOutcome, TaskPtr, TaskResult};
 use loom::thread;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-type Task = Arc<TaskCell<OneShot<OneShotFn<u32>>>>;
+type Task = TaskPtr<dyn TaskResult<u32>>;
 
 /// The task's result as a `Future`, polled through the task's own waker slot (what
 /// `ScheduledFuture`'s `poll` does).

@@ -7,11 +7,11 @@
 //! the `Driver` and its steps.
 //!
 //! One file per protocol: `counters` (a cell's two figures read as one), `task` (the state
-//! machine), `future` (completion vs waker), `sleep`
-//! (worker sleep and wake), `inject` (the injector's `injected` flag: fairness in time),
-//! `periodic` (re-arm vs cancel), `shutdown` (schedule vs shutdown), `driver` (the timer
-//! thread's sleep vs new deadlines) and `timer` (the sharded wheels' insert, cancel, reset and
-//! shutdown gates).
+//! machine), `future` (completion vs waker), `sleep` (worker sleep and wake), `inject` (the
+//! injector's `injected` flag: fairness in time), `periodic` (re-arm vs cancel), `ptr` (the task
+//! pointer's count vs the free), `shutdown` (schedule vs shutdown), `driver` (the timer thread's
+//! sleep vs new deadlines) and `timer` (the sharded wheels' insert, cancel, reset and shutdown
+//! gates).
 //!
 //! Set-up that is the same in every model lives here (the pool harness, spawning a pool thread,
 //! closures that count their runs and drops, `block_on`). What each model races stays spelled
@@ -29,6 +29,7 @@ mod driver;
 mod future;
 mod inject;
 mod periodic;
+mod ptr;
 mod shutdown;
 mod sleep;
 mod task;
@@ -40,7 +41,7 @@ use crate::pool::model::{self, Config, Core, Parts};
 use crate::sync::{Arc, Worker};
 use crate::task::periodic::{Periodic, Plan};
 use crate::task::state::End;
-use crate::task::{OneShot, RunEnv, TaskCell, TaskInfo, TaskRef};
+use crate::task::{pair, OneShot, RunEnv, TaskCell, TaskInfo, TaskPtr, TaskRef, TaskResult};
 use crate::timer::driver::Driver;
 use crate::timer::Clock;
 use crate::ScheduledFuture;
@@ -194,24 +195,20 @@ impl RunEnv for BareEnv {
 pub(super) type OneShotFn<T> = Box<dyn FnOnce() -> T + Send>;
 pub(super) type PeriodicFn = Box<dyn FnMut() + Send>;
 
-/// A bare one-shot task cell (no pool), `SCHEDULED`, that will run `f`.
+/// A bare one-shot task cell (no pool), `SCHEDULED`, that will run `f`: its future's pointer
+/// (the pool's is dropped at once), so the models count its references as the pool does.
 pub(super) fn bare_one_shot<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
-) -> Arc<TaskCell<OneShot<OneShotFn<T>>>> {
-    Arc::new(TaskCell::new(
-        OneShot::new(Box::new(f) as OneShotFn<T>),
-        0,
-        0,
-    ))
+) -> TaskPtr<dyn TaskResult<T>> {
+    let cell = TaskCell::new(OneShot::new(Box::new(f) as OneShotFn<T>), 0, 0);
+    pair(cell).0
 }
 
 /// A bare fixed-delay task cell (delay 0, no pool): its `run` re-arms it in place (the pool
 /// would then schedule it again), so a model can run it again at once.
-pub(super) fn bare_periodic(
-    f: impl FnMut() + Send + 'static,
-) -> Arc<TaskCell<Periodic<PeriodicFn>>> {
+pub(super) fn bare_periodic(f: impl FnMut() + Send + 'static) -> TaskPtr<dyn TaskResult<()>> {
     let job = Periodic::new(Box::new(f) as PeriodicFn, Plan::Delay { delay: 0 }, false);
-    Arc::new(TaskCell::new(job, 0, 0))
+    pair(TaskCell::new(job, 0, 0)).0
 }
 
 /// One tick of a [`ModelPool`]: an hour, so that "later" deadlines never come due in a model.
@@ -295,8 +292,7 @@ impl ModelPool {
         T: Send + 'static,
     {
         let job = OneShot::new(Box::new(f) as OneShotFn<T>);
-        let cell = Arc::new(TaskCell::new(job, at.saturating_mul(TICK_NANOS), shard));
-        let raw: TaskRef = cell.clone();
+        let (cell, raw) = pair(TaskCell::new(job, at.saturating_mul(TICK_NANOS), shard));
         let owner = self
             .core
             .core_ref(shard)
@@ -371,7 +367,7 @@ impl ModelPool {
     /// `ReadyQueues::push` from a thread that is not a worker (onto the injector, `notify(1)`)
     /// of a task nobody runs; returns how many sleepers it woke.
     pub(super) fn push_counting_wakes(&self) -> usize {
-        let task: TaskRef = bare_one_shot(|| ());
+        let task: TaskRef = bare_one_shot(|| ()).to_raw();
         self.core.queues.push(task)
     }
 

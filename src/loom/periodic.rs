@@ -10,7 +10,7 @@ use super::{bare_periodic, model, BareEnv, Count, ModelPool};
 use crate::error::TaskError;
 use crate::sync::Arc;
 use crate::task::state::End;
-use crate::task::{Cancelled, RawTask, RunOutcome, TaskResult};
+use crate::task::{Cancelled, RunOutcome};
 use loom::thread;
 use std::sync::atomic::{AtomicU8, Ordering};
 

@@ -4,14 +4,13 @@
 //! the CAS out of `SCHEDULED`, the loser sees the right state, the closure is dropped exactly
 //! once, and the future's result is exactly one of value / `Cancelled`.
 
-use super::{bare_one_shot, model, BareEnv, Count, DropToken, OneShotFn};
+use super::{bare_one_shot, model, BareEnv, Count, DropToken};
 use crate::error::TaskError;
-use crate::sync::Arc;
 use crate::task::state::End;
-use crate::task::{Cancelled, OneShot, RawTask, RunOutcome, Stop, Stopped, TaskCell, TaskResult};
+use crate::task::{Cancelled, RunOutcome, Stop, Stopped, TaskPtr, TaskResult};
 use loom::thread;
 
-type Task = Arc<TaskCell<OneShot<OneShotFn<DropToken>>>>;
+type Task = TaskPtr<dyn TaskResult<DropToken>>;
 
 /// A task whose closure holds a drop token (counts closure drops), counts its calls, and
 /// returns a value that holds another drop token (counts value drops).

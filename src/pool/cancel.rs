@@ -11,6 +11,10 @@ use std::time::{Duration, Instant};
 
 /// A cloneable handle that cancels one task from anywhere, while someone else holds its future.
 ///
+/// Handles and futures of one task share a count kept in the task (4 bytes): more than 2^31
+/// live handles to one task, which only leaking them (`mem::forget` in a loop) can reach,
+/// aborts the process rather than let the count wrap, as `Arc` does past `isize::MAX` clones.
+///
 /// # Examples
 ///
 /// ```

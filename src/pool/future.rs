@@ -8,7 +8,7 @@ use super::cancel::{cancel, reset_after, reset_at, CancelHandle};
 use super::core::CoreRef;
 use crate::error::{ResetError, TaskError};
 use crate::sync::Arc;
-use crate::task::{RawTask, TaskRef, TaskResult};
+use crate::task::{RawTask, TaskPtr, TaskRef, TaskResult};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -43,17 +43,17 @@ use std::time::{Duration, Instant};
 /// ```
 #[must_use = "dropping a ScheduledFuture detaches the task (it still runs): call .detach() to say so, or keep it to cancel or join"]
 pub struct ScheduledFuture<T> {
-    task: Arc<dyn TaskResult<T>>,
+    task: TaskPtr<dyn TaskResult<T>>,
     core: Arc<CoreRef>,
 }
 
 impl<T: Send + 'static> ScheduledFuture<T> {
-    pub(crate) fn new(task: Arc<dyn TaskResult<T>>, core: Arc<CoreRef>) -> Self {
+    pub(crate) fn new(task: TaskPtr<dyn TaskResult<T>>, core: Arc<CoreRef>) -> Self {
         ScheduledFuture { task, core }
     }
 
     fn raw(&self) -> TaskRef {
-        self.task.clone()
+        self.task.to_raw()
     }
 
     /// Cancels the task. Returns true if this call stopped a run that had not started: the

@@ -10,7 +10,7 @@ use crate::error::ScheduleError;
 use crate::sync::Arc;
 use crate::task::dynamic::{CountFrom, Dynamic};
 use crate::task::periodic::{Periodic, Plan};
-use crate::task::{Job, Name, NextRun, OneShot, Options, TaskCell, TaskRef, TaskResult};
+use crate::task::{pair, single, Job, Name, NextRun, OneShot, Options, TaskCell};
 use crate::timer::duration_nanos;
 use std::time::{Duration, Instant};
 
@@ -77,13 +77,12 @@ pub(crate) fn schedule_job<J: Job>(
     };
     let owner = core.core_ref(shard).ok_or(ScheduleError::Shutdown)?;
     core.admit()?;
-    // A task without a name keeps no room for one (`NameSlot`).
-    let cell: Arc<dyn TaskResult<J::Output>> = match name {
-        None => Arc::new(TaskCell::new(job, when.deadline, shard)),
-        Some(name) => Arc::new(TaskCell::named(job, when.deadline, shard, name)),
+    // A task without a name keeps no room for one (`NameSlot`). Born with two pointers: the
+    // future keeps one, the wheel (or a ready queue) the other.
+    let (cell, raw) = match name {
+        None => pair(TaskCell::new(job, when.deadline, shard)),
+        Some(name) => pair(TaskCell::named(job, when.deadline, shard, name)),
     };
-    // The wheel (or a ready queue) keeps this reference, the future the other.
-    let raw: TaskRef = cell.clone();
     core.schedule_admitted(raw, when.now, Arrival::New)?;
     Ok(ScheduledFuture::new(cell, owner))
 }
@@ -95,9 +94,9 @@ where
     core.admit()?;
     // Due now: it never enters a wheel, so any shard will do.
     let job = OneShot::new(f);
-    let raw: TaskRef = match opts.name {
-        None => Arc::new(TaskCell::new(job, NOW.deadline, 0).unplanned()),
-        Some(name) => Arc::new(TaskCell::named(job, NOW.deadline, 0, name).unplanned()),
+    let raw = match opts.name {
+        None => single(TaskCell::new(job, NOW.deadline, 0).unplanned()),
+        Some(name) => single(TaskCell::named(job, NOW.deadline, 0, name).unplanned()),
     };
     core.schedule_admitted(raw, NOW.now, Arrival::New)
 }

@@ -1,5 +1,5 @@
-//! [`Guarded<T>`]: a value behind a lock that lives somewhere else. With the locks of `spin.rs`,
-//! the crate's only `unsafe` code.
+//! [`Guarded<T>`]: a value behind a lock that lives somewhere else. With the locks of `spin.rs`
+//! and the task pointer of `task/ptr.rs`, the crate's only `unsafe` code.
 //!
 //! A task's body (its closure or result, and who waits on it) is behind a lock. As a
 //! `Mutex<Body>`, the lock's byte sat in a word of its own: a word every pending timer paid for

@@ -511,26 +511,28 @@ mod size_tests {
         std::mem::size_of::<TaskCell<OneShot<F>>>()
     }
 
-    /// A pending timer's task is one allocation: the `Arc`'s two counts plus this cell. Keep it
-    /// from growing unnoticed (W1 measures memory per pending timer).
+    /// A pending timer's task is one allocation: this cell, its count of pointers in the header.
+    /// Keep it from growing unnoticed (W1 measures memory per pending timer).
     #[test]
     fn a_capture_less_task_cell_stays_small() {
-        // State (the body lock its top bit), shard and a 40-bit id in one word, then the
-        // deadline, then the wheel key and the kind. An unnamed task keeps no name at all; a
-        // named one a thin pointer more.
+        // State (the body lock its top bit), kind, shard and a 40-bit id in one word, then the
+        // deadline, then the wheel key and the count of pointers to the task. An unnamed task
+        // keeps no name at all; a named one a thin pointer more.
         assert_eq!(std::mem::size_of::<Header>(), 24);
-        // The stage (two bytes for a closure that captures nothing) and the `Extra` box: with
-        // the `Arc`'s counts 56 bytes, glibc's 64-byte chunk (it was the 80-byte one with the
-        // lock in a word of its own and a boxed message in the stage).
+        // The stage (two bytes for a closure that captures nothing) and the `Extra` box: 40
+        // bytes with the count of pointers in the header, glibc's 48-byte chunk (it was the
+        // 64-byte one with an `Arc`'s two counts in front, and the 80-byte one with the lock in
+        // a word of its own and a boxed message in the stage).
         assert_eq!(cell_size(|| ()), 40);
-        // A pointer-sized capture needs the stage's tag beside it: one word more.
+        // A pointer-sized capture needs the stage's tag beside it: one word more (the 64-byte
+        // chunk; 80 with an `Arc`'s counts).
         let captured = std::sync::Arc::new(());
         assert_eq!(cell_size(move || drop(captured)), 48);
         assert_eq!(
             std::mem::size_of::<TaskCell<OneShot<fn()>, Name>>(),
             std::mem::size_of::<TaskCell<OneShot<fn()>>>() + 8
         );
-        // Each pending task also holds one wheel entry (a fat `Arc<dyn RawTask>` plus links).
+        // Each pending task also holds one wheel entry (a fat `TaskRef` plus links).
         assert_eq!(crate::wheel::Wheel::<crate::task::TaskRef>::ENTRY_SIZE, 32);
     }
 }
@@ -572,10 +574,12 @@ mod body_tests {
         }
     }
 
-    type Task<T> = Arc<TaskCell<OneShot<Box<dyn FnOnce() -> T + Send>>>>;
+    /// Through the pool's own pointer (`ptr.rs`), so that Miri also checks the frees of a cell
+    /// whose pointers are dropped on several threads.
+    type Task<T> = crate::task::TaskPtr<dyn TaskResult<T>>;
 
     fn one_shot<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Task<T> {
-        Arc::new(TaskCell::new(OneShot::new(Box::new(f) as Box<_>), 0, 0))
+        crate::task::pair(TaskCell::new(OneShot::new(Box::new(f) as Box<_>), 0, 0)).0
     }
 
     /// Polls until ready with a waker that counts its wakes.
@@ -592,7 +596,7 @@ mod body_tests {
         for _ in 0..if cfg!(miri) { 3 } else { 50 } {
             let task = one_shot(|| 7u32);
             let runner = {
-                let task = Arc::clone(&task);
+                let task = task.clone();
                 std::thread::spawn(move || task.run(&Env))
             };
             assert_eq!(task.wait(None), Some(Ok(7)));
@@ -657,11 +661,11 @@ mod body_tests {
                 9
             });
             let runner = {
-                let task = Arc::clone(&task);
+                let task = task.clone();
                 std::thread::spawn(move || task.run(&Env))
             };
             let canceller = {
-                let task = Arc::clone(&task);
+                let task = task.clone();
                 std::thread::spawn(move || task.cancel())
             };
             let mut wakers = Vec::new();
@@ -703,7 +707,7 @@ mod body_tests {
 
     #[test]
     fn a_timed_out_join_leaves_no_waker_behind() {
-        let task = one_shot(|| 1u8);
+        let task = Arc::new(TaskCell::new(OneShot::new(|| 1u8), 0, 0));
         let soon = Instant::now() + std::time::Duration::from_millis(1);
         assert_eq!(task.wait(Some(soon)), None);
         let registered = task.body(|body| {
@@ -715,7 +719,7 @@ mod body_tests {
         // the waker left behind would only unpark this thread once, spuriously.
         assert!(!registered || cfg!(miri));
         let canceller = {
-            let task = Arc::clone(&task);
+            let task = task.clone();
             std::thread::spawn(move || task.cancel())
         };
         assert_eq!(task.wait(None), Some(Err(TaskError::Cancelled)));

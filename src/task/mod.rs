@@ -16,6 +16,7 @@ mod job;
 mod options;
 mod pending;
 pub(crate) mod periodic;
+mod ptr;
 pub(crate) mod state;
 
 pub use dynamic::NextRun;
@@ -29,15 +30,16 @@ pub(crate) use options::Options;
 
 pub(crate) use cell::TaskCell;
 pub(crate) use job::{Job, OneShot};
+pub(crate) use ptr::{pair, single, TaskPtr};
 
 use crate::error::TaskError;
-use crate::sync::{Arc, AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use std::any::Any;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
 /// A task as the pool moves it around: shared, type-erased.
-pub(crate) type TaskRef = Arc<dyn RawTask>;
+pub(crate) type TaskRef = TaskPtr<dyn RawTask>;
 
 /// What a worker needs from its pool while it runs a task.
 pub(crate) trait RunEnv {
@@ -131,9 +133,10 @@ pub(crate) enum Stopped {
 
 /// The fields every task has, whatever its closure and output types. 24 bytes: the state (with
 /// the body's lock in its top bit), the shard and the id share one word (the id in five of its
-/// bytes), then the deadline, then the wheel key and the kind. The name lives beside the header
-/// only in named tasks (`TaskCell`'s name slot). So a capture-less one-shot's whole cell is 40
-/// bytes, and with the `Arc`'s counts it takes the allocator's 64-byte chunk.
+/// bytes), then the deadline, then the wheel key and the count of pointers to the task (the kind
+/// fits the first word). The name lives beside the header only in named tasks (`TaskCell`'s
+/// name slot). So a capture-less one-shot's whole cell is 40 bytes, the allocator's 48-byte
+/// chunk, and one that captures a word takes the 64-byte chunk.
 pub(crate) struct Header {
     /// The task's state, and in its top bit the lock of its body (`TaskCell`; see `state.rs`).
     pub(crate) state: state::State,
@@ -149,6 +152,9 @@ pub(crate) struct Header {
     /// The wheel entry's key while the task sits in its shard's wheel. Read and written only
     /// under that shard's lock, so `Relaxed` is enough.
     wheel_key: AtomicU32,
+    /// How many [`TaskPtr`]s point to the task (`ptr.rs`): in the header's last four bytes,
+    /// which were padding.
+    refs: AtomicU32,
 }
 
 /// `wheel_key` when the task is not in the wheel.
@@ -172,6 +178,7 @@ impl Header {
             id: PackedId::next(),
             deadline: AtomicU64::new(deadline),
             wheel_key: AtomicU32::new(NO_KEY),
+            refs: AtomicU32::new(0),
         }
     }
 
@@ -261,7 +268,7 @@ impl NameSlot for Name {
 }
 
 /// A task as the pool sees it.
-pub(crate) trait RawTask: Send + Sync + 'static {
+pub(crate) trait RawTask: Send + Sync {
     fn header(&self) -> &Header;
     /// The name given at schedule time, if any.
     fn name(&self) -> Option<&Name>;

@@ -716,12 +716,11 @@ mod tests {
 
     #[test]
     fn the_watchers_poll_hands_an_emptied_shards_storage_to_the_timer_thread() {
-        use crate::sync::Arc;
         use crate::task::{OneShot, TaskCell};
         let timer = Timer::new(TimeBase::new(Clock::System, Duration::from_micros(1)), 2);
         let n = 5_000; // more than RELEASE_AT: an emptied shard gives its slab up
         for _ in 0..n {
-            let task: TaskRef = Arc::new(TaskCell::new(OneShot::new(|| ()), 1_000, 0));
+            let task: TaskRef = crate::task::single(TaskCell::new(OneShot::new(|| ()), 1_000, 0));
             assert!(timer.insert(task, false).is_ok());
         }
         while timer.time.now_nanos() < 2_000 {

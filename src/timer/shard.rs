@@ -1,7 +1,7 @@
 //! A shard: one wheel and its gate under one lock, the hint the timer thread reads without the
 //! lock, and the helpers every change to a wheel goes through (ground rules in `timer/mod.rs`).
 
-use crate::sync::{lock_urgent, Arc, AtomicU64, Ordering, SpinMutex, SpinMutexGuard};
+use crate::sync::{lock_urgent, AtomicU64, Ordering, SpinMutex, SpinMutexGuard};
 use crate::task::{RawTask, TaskRef, NO_KEY};
 use crate::wheel::{Key, Storage, Wheel};
 
@@ -283,21 +283,21 @@ pub(super) fn unlink(wheel: &mut Wheel<TaskRef>, task: &dyn RawTask) -> Option<T
     // The key is cleared whenever the task leaves the wheel, so it names this task's entry;
     // the identity check keeps a broken rule from ever unlinking another task.
     wheel.remove(Key::from_u32(key), |entry| {
-        std::ptr::addr_eq(Arc::as_ptr(entry), task as *const dyn RawTask)
+        std::ptr::addr_eq(entry.as_ptr(), task as *const dyn RawTask)
     })
 }
 
 #[cfg(all(test, not(wheelpool_loom)))]
 mod tests {
     use super::*;
-    use crate::task::{OneShot, TaskCell};
+    use crate::task::{single, OneShot, TaskCell, TaskPtr};
 
     fn task() -> TaskRef {
-        Arc::new(TaskCell::new(OneShot::new(|| ()), 0, 0))
+        single(TaskCell::new(OneShot::new(|| ()), 0, 0))
     }
 
     fn insert(wheel: &mut Wheel<TaskRef>, task: &TaskRef, tick: u64) {
-        let key = wheel.insert(tick, Arc::clone(task));
+        let key = wheel.insert(tick, task.clone());
         task.header().set_wheel_key(key.to_u32());
     }
 
@@ -348,7 +348,7 @@ mod tests {
         let mut due = Vec::new();
         cell.poll_chunk(&mut cell.lock(), 4_096, staging, &mut due);
         assert_eq!(due.len(), 1);
-        assert!(Arc::ptr_eq(&due[0], &tasks[1]));
+        assert!(TaskPtr::ptr_eq(&due[0], &tasks[1]));
     }
 
     #[test]
@@ -395,7 +395,7 @@ mod tests {
         assert!(unlink(&mut wheel, &*a).is_none());
         assert_eq!(wheel.len(), 1);
         let removed = unlink(&mut wheel, &*b).expect("B's own entry");
-        assert!(Arc::ptr_eq(&removed, &b));
+        assert!(TaskPtr::ptr_eq(&removed, &b));
         assert_eq!(b.header().wheel_key(), NO_KEY);
         assert!(wheel.is_empty());
     }

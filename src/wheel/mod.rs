@@ -44,7 +44,7 @@
 //! One entry costs one slab node: 16 bytes of bookkeeping (a deadline and two links) plus
 //! `Option<T>`, rounded up to 8. That is **24 bytes** for
 //! `T = ()` or a thin pointer with a niche such as `Arc<Task>`, and **32 bytes** for a fat one
-//! such as the pool's `Arc<dyn RawTask>` ([`Wheel::ENTRY_SIZE`]), plus the `Vec`'s growth slack
+//! such as the pool's `TaskRef` ([`Wheel::ENTRY_SIZE`]), plus the `Vec`'s growth slack
 //! (at most 2x until [`shrink_to_fit`](Wheel::shrink_to_fit)). The levels and their spares add
 //! a fixed 5.8 KB. One wheel holds some 4.29 billion entries at most.
 

@@ -297,7 +297,7 @@ mod tests {
         // A thin pointer with a niche (Arc, Box) fills those 8 bytes.
         assert_eq!(Slab::<Box<u8>>::NODE_SIZE, 24);
         assert_eq!(Slab::<std::sync::Arc<u8>>::NODE_SIZE, 24);
-        // A fat one (a pool's `Arc<dyn RawTask>`) takes 8 more.
+        // A fat one (a pool's `TaskRef`, a pointer and a vtable) takes 8 more.
         assert_eq!(Slab::<std::sync::Arc<dyn Send>>::NODE_SIZE, 32);
         // A value without a niche pays for `Option`'s tag: u32 + tag fill 8 bytes.
         assert_eq!(Slab::<u32>::NODE_SIZE, 24);

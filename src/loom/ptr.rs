@@ -1,0 +1,56 @@
+//! The task pointer's count (`task/ptr.rs`): the drop that frees a cell comes after every use
+//! of the cell through the other pointers, whichever thread drops last.
+//!
+//! The cell's closure captures a [`Witness`], a `Relaxed` flag that one thread holding a
+//! pointer raises before it lets go, and that the closure's drop (when the cell is freed)
+//! reads. Only the count's synchronisation can make that read see the flag: loom lets a
+//! `Relaxed` load return any value that happens-before allows, so without the `Acquire` fence
+//! after the last `Release` subtraction this model fails.
+
+use super::{bare_one_shot, model};
+use loom::sync::atomic::{AtomicBool, Ordering};
+use loom::thread;
+
+/// A flag that outlives the model's threads (leaked: one small box per execution).
+#[derive(Clone, Copy)]
+struct Witness(&'static AtomicBool);
+
+/// Dropped with the closure, so when the cell is freed (the task never runs here).
+struct OnFree(Witness);
+
+impl Drop for OnFree {
+    fn drop(&mut self) {
+        assert!(
+            self.0 .0.load(Ordering::Relaxed),
+            "the cell was freed before a use through another pointer was seen"
+        );
+    }
+}
+
+#[test]
+fn the_last_drop_frees_after_every_use_elsewhere() {
+    model("the_last_drop_frees_after_every_use_elsewhere", || {
+        let witness = Witness(Box::leak(Box::new(AtomicBool::new(false))));
+        let on_free = OnFree(witness);
+        let task = bare_one_shot(move || drop(on_free));
+        // One thread uses the cell, then drops its two pointers; another only clones and drops
+        // (its subtraction may come between the user's and the last); the future's pointer is
+        // dropped here, at any point between.
+        let user = {
+            let mine = task.to_raw();
+            thread::spawn(move || {
+                let again = mine.clone();
+                drop(mine);
+                witness.0.store(true, Ordering::Relaxed);
+                drop(again);
+            })
+        };
+        let other = {
+            let mine = task.to_raw();
+            thread::spawn(move || drop(mine.clone()))
+        };
+        drop(task);
+        user.join().unwrap();
+        other.join().unwrap();
+    });
+}

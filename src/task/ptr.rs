@@ -1,0 +1,254 @@
+//! [`TaskPtr`]: the shared pointer to a task cell, with its reference count in the cell's
+//! [`Header`] rather than in a block of its own in front of the cell (where `Arc` keeps two).
+//!
+//! Why not `Arc<dyn RawTask>`, measured (W1, 1 M pending; see BENCHMARKS.md):
+//! - A new task is born holding both of its first references, the caller's future's and the
+//!   pool's (wheel or ready queue). With `Arc` the second was a clone: one locked add in every
+//!   schedule, on a cache line whose first stores were still draining.
+//! - The count is 4 bytes in padding the header had anyway, and there is no weak count: 16
+//!   bytes less per task, so a one-shot capturing a word fits the allocator's 64-byte chunk
+//!   where it took 80.
+//!
+//! # Ground rules
+//!
+//! - The count is the number of live `TaskPtr`s to the cell. The cell was boxed by [`pair`] or
+//!   [`single`], which set the count before the first pointer exists; only `TaskPtr` changes
+//!   it afterwards.
+//! - [`RawTask::header`] returns a field of the task itself (`TaskCell` is the only
+//!   implementation), so every pointer to one cell reaches the same count.
+//! - Clone adds `Relaxed`: a new pointer is made from one the caller holds, so the count is
+//!   at least one and nothing is freed meanwhile (as `Arc` argues). Drop subtracts `Release`;
+//!   the drop that takes the count to zero fences `Acquire` before it frees the cell, so every
+//!   use of the cell through any other pointer happens before the free.
+//! - Counts above [`MAX_REFS`] abort the process (leaked pointers; as `Arc` does past
+//!   `isize::MAX`), so the count never wraps to a free while pointers remain. The limit is
+//!   2^31, far below `Arc`'s: safe code reaches it only by leaking, e.g. `mem::forget` of
+//!   2^31 clones of one `CancelHandle` (its docs say so); the pool itself holds only a few.
+//!
+//! The loom models build every task through [`pair`] or [`single`], so loom explores the count
+//! with the protocols that move tasks (its fence and atomics are loom's); the unit tests below
+//! and the cell tests run under Miri, which checks the frees.
+#![allow(unsafe_code)]
+
+use super::{RawTask, TaskResult};
+use crate::sync::{fence, Ordering};
+use std::marker::PhantomData;
+use std::ops::Deref;
+use std::ptr::NonNull;
+
+/// More live pointers to one task than this is a leak: the process aborts.
+const MAX_REFS: u32 = u32::MAX / 2;
+
+/// A counted pointer to a task cell, seen as `D` (`dyn RawTask` for the pool, `dyn
+/// TaskResult<T>` for the future). See the module's ground rules.
+pub(crate) struct TaskPtr<D: ?Sized + RawTask> {
+    ptr: NonNull<D>,
+    /// This pointer owns a share of a `D` (drop check, variance).
+    owns: PhantomData<D>,
+}
+
+// SAFETY: a `TaskPtr` hands out only `&D` and its count is atomic, as `Arc<D>` does; `RawTask`
+// is `Send + Sync`, so sharing and sending the cell across threads is sound.
+unsafe impl<D: ?Sized + RawTask> Send for TaskPtr<D> {}
+// SAFETY: as above.
+unsafe impl<D: ?Sized + RawTask> Sync for TaskPtr<D> {}
+
+// The pointer moves, never the cell: pinning a `TaskPtr` promises nothing about `D` (as `Arc`).
+impl<D: ?Sized + RawTask> Unpin for TaskPtr<D> {}
+
+/// A new task's first two pointers, the typed one for its future and the pool's: the count
+/// starts at two, with no clone.
+pub(crate) fn pair<C, T>(cell: C) -> (TaskPtr<dyn TaskResult<T>>, TaskPtr<dyn RawTask>)
+where
+    C: TaskResult<T> + 'static,
+{
+    let ptr = boxed(cell, 2);
+    (TaskPtr::own(ptr), TaskPtr::own(ptr))
+}
+
+/// A new task's only pointer (`execute`: no future).
+pub(crate) fn single<C: RawTask + 'static>(cell: C) -> TaskPtr<dyn RawTask> {
+    TaskPtr::own(boxed(cell, 1))
+}
+
+/// Boxes `cell` with its count set to `refs`, and lets go of the box.
+fn boxed<C: RawTask>(cell: C, refs: u32) -> NonNull<C> {
+    // Relaxed: no other thread can see the cell yet; the queue or wheel that publishes it
+    // synchronises.
+    cell.header().refs.store(refs, Ordering::Relaxed);
+    NonNull::from(Box::leak(Box::new(cell)))
+}
+
+impl<D: ?Sized + RawTask> TaskPtr<D> {
+    /// Takes one of the count's shares of the cell at `ptr`.
+    fn own(ptr: NonNull<D>) -> Self {
+        TaskPtr {
+            ptr,
+            owns: PhantomData,
+        }
+    }
+
+    /// The cell's address, to compare identities.
+    #[inline]
+    pub(crate) fn as_ptr(&self) -> *const D {
+        self.ptr.as_ptr()
+    }
+
+    /// True if both point to the same task (tests).
+    #[cfg(all(test, not(wheelpool_loom)))]
+    pub(crate) fn ptr_eq(a: &Self, b: &Self) -> bool {
+        std::ptr::addr_eq(a.as_ptr(), b.as_ptr())
+    }
+
+    /// How many pointers to this task live now (tests).
+    #[cfg(all(test, not(wheelpool_loom)))]
+    pub(crate) fn count(this: &Self) -> u32 {
+        this.header().refs.load(Ordering::Relaxed)
+    }
+}
+
+impl<T> TaskPtr<dyn TaskResult<T>> {
+    /// One more pointer to the same task, seen as the pool sees it.
+    pub(crate) fn to_raw(&self) -> TaskPtr<dyn RawTask> {
+        let typed = std::mem::ManuallyDrop::new(self.clone());
+        // Trait upcasting: the same cell, its `RawTask` vtable; the new share moves over.
+        let ptr: NonNull<dyn RawTask> = typed.ptr;
+        TaskPtr::own(ptr)
+    }
+}
+
+impl<D: ?Sized + RawTask> Deref for TaskPtr<D> {
+    type Target = D;
+
+    #[inline]
+    fn deref(&self) -> &D {
+        // SAFETY: this pointer holds a share of the count, so the cell is alive until it is
+        // dropped (ground rules); only shared references to it are ever made.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl<D: ?Sized + RawTask> Clone for TaskPtr<D> {
+    #[inline]
+    fn clone(&self) -> Self {
+        // Relaxed: see the ground rules.
+        let before = self.header().refs.fetch_add(1, Ordering::Relaxed);
+        if before > MAX_REFS {
+            std::process::abort();
+        }
+        TaskPtr::own(self.ptr)
+    }
+}
+
+impl<D: ?Sized + RawTask> Drop for TaskPtr<D> {
+    #[inline]
+    fn drop(&mut self) {
+        if self.header().refs.fetch_sub(1, Ordering::Release) != 1 {
+            return;
+        }
+        // Every other pointer's last use happened before its Release subtraction, which this
+        // Acquire fence pairs with: nothing touches the cell after the free below.
+        fence(Ordering::Acquire);
+        // SAFETY: the count reached zero, so this was the last pointer and no reference into
+        // the cell remains. `ptr` came from `Box::leak` in `boxed`, and `D`'s metadata (the
+        // vtable of the boxed type) gives the box's own layout and drop.
+        drop(unsafe { Box::from_raw(self.ptr.as_ptr()) });
+    }
+}
+
+impl std::fmt::Debug for TaskPtr<dyn RawTask> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+#[cfg(all(test, not(wheelpool_loom)))]
+mod tests {
+    use super::*;
+    use crate::task::{OneShot, TaskCell};
+    use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
+    use std::sync::Arc;
+
+    /// Counts its drops: the closure a cell holds until it is freed.
+    struct Tally(Arc<AtomicUsize>);
+
+    impl Drop for Tally {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, StdOrdering::SeqCst);
+        }
+    }
+
+    fn cell(dropped: &Arc<AtomicUsize>) -> TaskCell<OneShot<impl FnOnce() -> u32 + Send>> {
+        let tally = Tally(dropped.clone());
+        TaskCell::new(
+            OneShot::new(move || {
+                let _keep = &tally;
+                7
+            }),
+            0,
+            0,
+        )
+    }
+
+    #[test]
+    fn a_pair_is_born_with_two_and_the_last_drop_frees() {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let (typed, raw) = pair::<_, u32>(cell(&dropped));
+        assert_eq!(TaskPtr::count(&raw), 2);
+        assert!(std::ptr::addr_eq(typed.as_ptr(), raw.as_ptr()));
+        let again = typed.to_raw();
+        assert_eq!(TaskPtr::count(&raw), 3);
+        assert!(TaskPtr::ptr_eq(&again, &raw));
+        drop(typed);
+        drop(again);
+        assert_eq!(dropped.load(StdOrdering::SeqCst), 0, "one pointer is left");
+        assert_eq!(TaskPtr::count(&raw), 1);
+        drop(raw);
+        assert_eq!(dropped.load(StdOrdering::SeqCst), 1, "the cell was freed");
+    }
+
+    #[test]
+    fn a_single_is_freed_with_its_pointer() {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let raw = single(cell(&dropped));
+        let clone = raw.clone();
+        assert_eq!(TaskPtr::count(&clone), 2);
+        drop(raw);
+        assert_eq!(dropped.load(StdOrdering::SeqCst), 0);
+        drop(clone);
+        assert_eq!(dropped.load(StdOrdering::SeqCst), 1);
+    }
+
+    /// Threads clone and drop pointers to one task at once; the cell is freed exactly once,
+    /// after the last of them (Miri checks the frees).
+    #[test]
+    fn clones_dropped_on_many_threads_free_the_cell_once() {
+        let threads = if cfg!(miri) { 3 } else { 4 };
+        let rounds = if cfg!(miri) { 4 } else { 500 };
+        for _ in 0..rounds {
+            let dropped = Arc::new(AtomicUsize::new(0));
+            let (typed, raw) = pair::<_, u32>(cell(&dropped));
+            let handles: Vec<_> = (0..threads)
+                .map(|i| {
+                    let mine = raw.clone();
+                    std::thread::spawn(move || {
+                        let more: Vec<_> = (0..i + 1).map(|_| mine.clone()).collect();
+                        assert!(more.iter().all(|p| TaskPtr::ptr_eq(p, &mine)));
+                        std::hint::black_box(mine.header().id());
+                    })
+                })
+                .collect();
+            drop(raw);
+            for handle in handles {
+                handle.join().unwrap();
+            }
+            assert_eq!(
+                dropped.load(StdOrdering::SeqCst),
+                0,
+                "the future still holds it"
+            );
+            drop(typed);
+            assert_eq!(dropped.load(StdOrdering::SeqCst), 1);
+        }
+    }
+}
