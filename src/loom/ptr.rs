@@ -6,9 +6,14 @@
 //! reads. Only the count's synchronisation can make that read see the flag: loom lets a
 //! `Relaxed` load return any value that happens-before allows, so without the `Acquire` fence
 //! after the last `Release` subtraction this model fails.
+//!
+//! The second model gives the wheel's share up as a cancel does (`TaskPtr::orphan`): the cell
+//! must still be freed exactly once, by whichever pointer goes last, after the canceller's use.
+//! Without the `Acquire` fence of the drop that leaves one share, that drop may miss the mark
+//! (the cell is never freed: the count of frees is 0) or free before the use is seen.
 
 use super::{bare_one_shot, model};
-use loom::sync::atomic::{AtomicBool, Ordering};
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::thread;
 
 /// A flag that outlives the model's threads (leaked: one small box per execution).
@@ -53,4 +58,49 @@ fn the_last_drop_frees_after_every_use_elsewhere() {
         user.join().unwrap();
         other.join().unwrap();
     });
+}
+
+/// Counts the frees of the cell, and checks the witness as [`OnFree`] does.
+struct CountedFree(Witness, &'static AtomicUsize);
+
+impl Drop for CountedFree {
+    fn drop(&mut self) {
+        assert!(
+            self.0 .0.load(Ordering::Relaxed),
+            "the cell was freed before the canceller's use was seen"
+        );
+        self.1.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn a_share_given_up_leaves_the_cell_to_the_last_pointer_on_any_thread() {
+    model(
+        "a_share_given_up_leaves_the_cell_to_the_last_pointer_on_any_thread",
+        || {
+            let witness = Witness(Box::leak(Box::new(AtomicBool::new(false))));
+            let frees: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
+            let on_free = CountedFree(witness, frees);
+            let task = bare_one_shot(move || drop(on_free));
+            // The wheel's pointer, which the canceller unlinks and gives up while it holds its
+            // own (a handle's); another handle is dropped elsewhere, the future's here.
+            let wheel = task.to_raw();
+            let canceller = {
+                let mine = task.to_raw();
+                thread::spawn(move || {
+                    wheel.orphan();
+                    witness.0.store(true, Ordering::Relaxed);
+                    drop(mine);
+                })
+            };
+            let other = {
+                let mine = task.to_raw();
+                thread::spawn(move || drop(mine))
+            };
+            drop(task);
+            canceller.join().unwrap();
+            other.join().unwrap();
+            assert_eq!(frees.load(Ordering::Relaxed), 1, "freed exactly once");
+        },
+    );
 }

@@ -150,7 +150,8 @@ pub(crate) struct Header {
     /// Planned start of the next run, in nanoseconds since the pool's origin; `u64::MAX`: never.
     deadline: AtomicU64,
     /// The wheel entry's key while the task sits in its shard's wheel. Read and written only
-    /// under that shard's lock, so `Relaxed` is enough.
+    /// under that shard's lock, so `Relaxed` is enough; the one exception is [`ORPHANED`],
+    /// which a canceller stores (under the lock) and a pointer's drop reads (`ptr.rs`).
     wheel_key: AtomicU32,
     /// How many [`TaskPtr`]s point to the task (`ptr.rs`): in the header's last four bytes,
     /// which were padding.
@@ -159,6 +160,11 @@ pub(crate) struct Header {
 
 /// `wheel_key` when the task is not in the wheel.
 pub(crate) const NO_KEY: u32 = u32::MAX;
+
+/// `wheel_key` of a task that a cancel took out of its wheel, keeping the wheel's share of the
+/// count instead of subtracting it ([`TaskPtr::orphan`](ptr::TaskPtr::orphan)). Never a real
+/// key: a wheel's keys stay below `u32::MAX - 1` (a slab index is below its list heads).
+pub(crate) const ORPHANED: u32 = u32::MAX - 1;
 
 /// A bit of `Header::shard`: the task has no planned time (`execute`: its deadline 0 only
 /// means "now", with no clock read), so its run's lateness is not measured.
@@ -245,6 +251,13 @@ impl Header {
     #[inline]
     pub(crate) fn set_wheel_key(&self, key: u32) {
         self.wheel_key.store(key, Ordering::Relaxed);
+    }
+
+    /// True once a canceller gave up the wheel's share of the count (`ptr.rs`). `Relaxed`:
+    /// the reader orders it with an `Acquire` fence after its own subtraction.
+    #[inline]
+    pub(crate) fn is_orphaned(&self) -> bool {
+        self.wheel_key.load(Ordering::Relaxed) == ORPHANED
     }
 }
 

@@ -20,6 +20,23 @@
 //!   at least one and nothing is freed meanwhile (as `Arc` argues). Drop subtracts `Release`;
 //!   the drop that takes the count to zero fences `Acquire` before it frees the cell, so every
 //!   use of the cell through any other pointer happens before the free.
+//! - **A share given up.** The canceller that takes a task out of its wheel would drop the
+//!   wheel's pointer: one more locked subtraction in every cancel. Instead it *orphans* it
+//!   ([`TaskPtr::orphan`]): under the shard's lock it marks the header's wheel key
+//!   [`ORPHANED`] and forgets the pointer, so the count keeps one share that nobody will ever
+//!   subtract. From then on the cell is free to go when the count is down to that share: the
+//!   drop that takes the count from two to one fences `Acquire` and frees the cell if the mark
+//!   is there. Why that is exact:
+//!   - The mark is stored once (only the cancel that won `SCHEDULED` unlinks the entry, and an
+//!     ended task never enters a wheel again) and never cleared, and it stands for exactly one
+//!     share. So with the mark the count never reaches zero, and a count of one is the orphan
+//!     alone: no pointer is left.
+//!   - The canceller holds a pointer of its own while it orphans. So a drop that takes the
+//!     count from two to one either comes after the canceller's own subtraction (which
+//!     `Release`s the mark, and the `Acquire` fence sees it) or is the canceller's own (which
+//!     follows the mark in program order). A drop that sees two and no mark can miss no mark
+//!     to come: orphaning needs two pointers besides the dropper's (the canceller's and the
+//!     wheel's), and only the pointer left after it remains; the pool hands out no new ones.
 //! - Counts above [`MAX_REFS`] abort the process (leaked pointers; as `Arc` does past
 //!   `isize::MAX`), so the count never wraps to a free while pointers remain. The limit is
 //!   2^31, far below `Arc`'s: safe code reaches it only by leaking, e.g. `mem::forget` of
@@ -30,7 +47,7 @@
 //! and the cell tests run under Miri, which checks the frees.
 #![allow(unsafe_code)]
 
-use super::{RawTask, TaskResult};
+use super::{RawTask, TaskResult, ORPHANED};
 use crate::sync::{fence, Ordering};
 use std::marker::PhantomData;
 use std::ops::Deref;
@@ -88,6 +105,17 @@ impl<D: ?Sized + RawTask> TaskPtr<D> {
         }
     }
 
+    /// Gives this pointer's share up without subtracting it: see "A share given up" in the
+    /// ground rules. Only for the wheel's pointer, by the cancel that unlinked it, under the
+    /// shard's lock (the wheel key is that lock's), while the canceller holds a pointer too.
+    #[inline]
+    pub(crate) fn orphan(self) {
+        let header = self.header();
+        debug_assert!(!header.is_orphaned(), "a task's share given up twice");
+        header.set_wheel_key(ORPHANED);
+        std::mem::forget(self);
+    }
+
     /// The cell's address, to compare identities.
     #[inline]
     pub(crate) fn as_ptr(&self) -> *const D {
@@ -143,14 +171,22 @@ impl<D: ?Sized + RawTask> Clone for TaskPtr<D> {
 impl<D: ?Sized + RawTask> Drop for TaskPtr<D> {
     #[inline]
     fn drop(&mut self) {
-        if self.header().refs.fetch_sub(1, Ordering::Release) != 1 {
-            return;
+        match self.header().refs.fetch_sub(1, Ordering::Release) {
+            // Every other pointer's last use happened before its Release subtraction, which
+            // this Acquire fence pairs with: nothing touches the cell after the free below.
+            1 => fence(Ordering::Acquire),
+            // One share left: the orphan's, if a canceller gave the wheel's up (ground rules).
+            // The same fence also makes the mark visible if the canceller let go before us.
+            2 => {
+                fence(Ordering::Acquire);
+                if !self.header().is_orphaned() {
+                    return;
+                }
+            }
+            _ => return,
         }
-        // Every other pointer's last use happened before its Release subtraction, which this
-        // Acquire fence pairs with: nothing touches the cell after the free below.
-        fence(Ordering::Acquire);
-        // SAFETY: the count reached zero, so this was the last pointer and no reference into
-        // the cell remains. `ptr` came from `Box::leak` in `boxed`, and `D`'s metadata (the
+        // SAFETY: the count reached zero, or only a share given up is left; either way this
+        // was the last pointer and no reference into the cell remains. `ptr` came from `Box::leak` in `boxed`, and `D`'s metadata (the
         // vtable of the boxed type) gives the box's own layout and drop.
         drop(unsafe { Box::from_raw(self.ptr.as_ptr()) });
     }
@@ -217,6 +253,79 @@ mod tests {
         assert_eq!(dropped.load(StdOrdering::SeqCst), 0);
         drop(clone);
         assert_eq!(dropped.load(StdOrdering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_share_given_up_leaves_the_cell_to_the_last_other_pointer() {
+        // The future's pointer goes first or last; a handle's is the canceller's.
+        for future_last in [false, true] {
+            let dropped = Arc::new(AtomicUsize::new(0));
+            let (typed, wheel) = pair::<_, u32>(cell(&dropped));
+            let handle = typed.to_raw();
+            wheel.orphan();
+            assert_eq!(TaskPtr::count(&handle), 3, "the orphan keeps its share");
+            assert!(handle.header().is_orphaned());
+            let (first, last) = if future_last {
+                (handle, typed.to_raw())
+            } else {
+                (typed.to_raw(), handle)
+            };
+            drop(typed);
+            drop(first);
+            assert_eq!(dropped.load(StdOrdering::SeqCst), 0, "one pointer is left");
+            drop(last);
+            assert_eq!(
+                dropped.load(StdOrdering::SeqCst),
+                1,
+                "freed with the orphan's share"
+            );
+        }
+    }
+
+    #[test]
+    fn a_drop_to_one_without_the_mark_frees_nothing() {
+        let dropped = Arc::new(AtomicUsize::new(0));
+        let (typed, wheel) = pair::<_, u32>(cell(&dropped));
+        drop(typed);
+        assert_eq!(
+            dropped.load(StdOrdering::SeqCst),
+            0,
+            "the wheel still holds it"
+        );
+        assert_eq!(TaskPtr::count(&wheel), 1);
+        drop(wheel);
+        assert_eq!(dropped.load(StdOrdering::SeqCst), 1);
+    }
+
+    /// A canceller orphans the wheel's share while other threads drop theirs: freed exactly
+    /// once, after the last of them (Miri checks the frees).
+    #[test]
+    fn a_share_given_up_while_others_drop_on_other_threads_frees_once() {
+        let threads = if cfg!(miri) { 2 } else { 3 };
+        let rounds = if cfg!(miri) { 4 } else { 500 };
+        for _ in 0..rounds {
+            let dropped = Arc::new(AtomicUsize::new(0));
+            let (typed, wheel) = pair::<_, u32>(cell(&dropped));
+            let canceller = {
+                let mine = typed.to_raw();
+                std::thread::spawn(move || {
+                    wheel.orphan();
+                    std::hint::black_box(mine.header().id());
+                })
+            };
+            let droppers: Vec<_> = (0..threads)
+                .map(|_| {
+                    let mine = typed.to_raw();
+                    std::thread::spawn(move || drop(mine.clone()))
+                })
+                .collect();
+            drop(typed);
+            canceller.join().unwrap();
+            for dropper in droppers {
+                dropper.join().unwrap();
+            }
+            assert_eq!(dropped.load(StdOrdering::SeqCst), 1);
+        }
     }
 
     /// Threads clone and drop pointers to one task at once; the cell is freed exactly once,

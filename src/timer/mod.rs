@@ -22,7 +22,9 @@
 //!   is cleared under the same lock. `shutdown_now` alone leaves the keys: it swaps the whole
 //!   wheel out of a shard it stops, and the empty wheel that stays never takes an entry. An
 //!   unlink also checks that the entry it finds is this very task (a wheel key is a slab
-//!   index, reused by later entries), so no task can ever unlink another.
+//!   index, reused by later entries), so no task can ever unlink another. A cancel's unlink
+//!   leaves the key `ORPHANED` for good instead: it gave the wheel's pointer up rather than
+//!   drop it, and a pointer's drop reads that mark without the lock (`task/ptr.rs`).
 //! - A shard has a gate. `Open`: everything goes in. `Closing` (graceful shutdown): only the
 //!   tasks the pool's policy keeps ([`Keep`]: by default one-shots, not periodic tasks) go in.
 //!   `Stopped` (`shutdown_now`): everything is refused. The
@@ -487,16 +489,19 @@ impl Timer {
         }
     }
 
-    /// A waiting task was cancelled: its wheel entry is unlinked and its memory freed now, on
-    /// the cancelling thread.
+    /// A waiting task was cancelled: its wheel entry is unlinked and freed now, on the
+    /// cancelling thread; the task's cell goes with the last of the other pointers to it.
     pub(crate) fn cancelled(&self, task: &dyn RawTask) {
         let header = task.header();
         let mut shard = self.cell_of(header).lock();
-        let removed = unlink(&mut shard.wheel, task);
+        // The wheel's pointer is given up, not dropped: one locked subtraction less per cancel
+        // (`task/ptr.rs`, "A share given up"); the caller holds a pointer of its own.
+        if let Some(removed) = unlink(&mut shard.wheel, task) {
+            removed.orphan();
+        }
         let spare = give_back_if_empty(&mut shard.wheel);
         drop(shard);
         drop(spare);
-        drop(removed);
     }
 
     /// Moves a task that waits in a wheel to `deadline` (nanoseconds since the origin); false,

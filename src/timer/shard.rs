@@ -2,7 +2,7 @@
 //! lock, and the helpers every change to a wheel goes through (ground rules in `timer/mod.rs`).
 
 use crate::sync::{lock_urgent, AtomicU64, Ordering, SpinMutex, SpinMutexGuard};
-use crate::task::{RawTask, TaskRef, NO_KEY};
+use crate::task::{RawTask, TaskRef, NO_KEY, ORPHANED};
 use crate::wheel::{Key, Storage, Wheel};
 
 /// Entries the driver moves (hands out or cascades) per shard in one locked step. 512 moves
@@ -271,13 +271,14 @@ pub(crate) fn clear_keys(tasks: &[TaskRef]) {
 }
 
 /// Removes the wheel entry of `task`, if it has a live one; returns the wheel's reference so
-/// the caller drops it after unlocking. Called under the shard's lock.
+/// the caller drops it after unlocking (or orphans it, under the lock). Called under the
+/// shard's lock.
 #[inline]
 pub(super) fn unlink(wheel: &mut Wheel<TaskRef>, task: &dyn RawTask) -> Option<TaskRef> {
     let header = task.header();
     let key = header.wheel_key();
-    if key == NO_KEY {
-        return None; // not inserted yet, or already handed out
+    if key == NO_KEY || key == ORPHANED {
+        return None; // not inserted yet, already handed out, or already unlinked by a cancel
     }
     header.set_wheel_key(NO_KEY);
     // The key is cleared whenever the task leaves the wheel, so it names this task's entry;
