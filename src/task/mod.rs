@@ -149,9 +149,9 @@ pub(crate) struct Header {
     id: PackedId,
     /// Planned start of the next run, in nanoseconds since the pool's origin; `u64::MAX`: never.
     deadline: AtomicU64,
-    /// The wheel entry's key while the task sits in its shard's wheel. Read and written only
-    /// under that shard's lock, so `Relaxed` is enough; the one exception is [`ORPHANED`],
-    /// which a canceller stores (under the lock) and a pointer's drop reads (`ptr.rs`).
+    /// The wheel entry's key while the task sits in its shard's wheel. Written only under that
+    /// shard's lock, and read there, so `Relaxed` is enough; besides, a pointer's drop that
+    /// finds the count at two reads it without the lock, for [`ORPHANED`] (`ptr.rs`).
     wheel_key: AtomicU32,
     /// How many [`TaskPtr`]s point to the task (`ptr.rs`): in the header's last four bytes,
     /// which were padding.
@@ -254,7 +254,7 @@ impl Header {
     }
 
     /// True once a canceller gave up the wheel's share of the count (`ptr.rs`). `Relaxed`:
-    /// the reader orders it with an `Acquire` fence after its own subtraction.
+    /// the reader orders it with an `Acquire` fence after its read of the count.
     #[inline]
     pub(crate) fn is_orphaned(&self) -> bool {
         self.wheel_key.load(Ordering::Relaxed) == ORPHANED

@@ -17,26 +17,33 @@
 //! - [`RawTask::header`] returns a field of the task itself (`TaskCell` is the only
 //!   implementation), so every pointer to one cell reaches the same count.
 //! - Clone adds `Relaxed`: a new pointer is made from one the caller holds, so the count is
-//!   at least one and nothing is freed meanwhile (as `Arc` argues). Drop subtracts `Release`;
-//!   the drop that takes the count to zero fences `Acquire` before it frees the cell, so every
-//!   use of the cell through any other pointer happens before the free.
-//! - **A share given up.** The canceller that takes a task out of its wheel would drop the
-//!   wheel's pointer: one more locked subtraction in every cancel. Instead it *orphans* it
-//!   ([`TaskPtr::orphan`]): under the shard's lock it marks the header's wheel key
-//!   [`ORPHANED`] and forgets the pointer, so the count keeps one share that nobody will ever
-//!   subtract. From then on the cell is free to go when the count is down to that share: the
-//!   drop that takes the count from two to one fences `Acquire` and frees the cell if the mark
-//!   is there. Why that is exact:
-//!   - The mark is stored once (only the cancel that won `SCHEDULED` unlinks the entry, and an
-//!     ended task never enters a wheel again) and never cleared, and it stands for exactly one
-//!     share. So with the mark the count never reaches zero, and a count of one is the orphan
-//!     alone: no pointer is left.
-//!   - The canceller holds a pointer of its own while it orphans. So a drop that takes the
-//!     count from two to one either comes after the canceller's own subtraction (which
-//!     `Release`s the mark, and the `Acquire` fence sees it) or is the canceller's own (which
-//!     follows the mark in program order). A drop that sees two and no mark can miss no mark
-//!     to come: orphaning needs two pointers besides the dropper's (the canceller's and the
-//!     wheel's), and only the pointer left after it remains; the pool hands out no new ones.
+//!   at least one and nothing is freed meanwhile (as `Arc` argues).
+//! - Drop decides *before* it subtracts, while its own share keeps the cell alive, and never
+//!   reads the cell after a subtraction: once it has let go, another pointer may free the
+//!   cell at any moment. It reads the count: if this is the last pointer (one), nobody else
+//!   can clone, drop or use the cell, so it frees it without subtracting; otherwise a
+//!   compare-and-swap subtracts one (`Release`) and it returns (a clone or drop elsewhere in
+//!   between makes it read again). Before a free it fences `Acquire`, pairing with every other
+//!   pointer's `Release` subtraction, so every use of the cell through another pointer happens
+//!   before the free. (A first version subtracted, then read the header: a drop from two to
+//!   one could read a cell the other pointer had just freed. Miri with preemption caught it.)
+//! - **A share given up.** The cancel that takes a waiting task out of its wheel holds a
+//!   pointer of its own, so dropping the wheel's would be a subtraction that never frees. It
+//!   *orphans* it instead ([`TaskPtr::orphan`]): under the shard's lock it marks the header's
+//!   wheel key [`ORPHANED`] and forgets the pointer. The count keeps that share for good, and
+//!   a drop that reads two with the mark there is the last pointer: it frees the cell, with no
+//!   locked instruction at all. Why that is exact:
+//!   - The mark is stored once and never cleared: only `Timer::cancelled` orphans, only the
+//!     cancel that won `SCHEDULED` reaches it, nothing writes the key of an ended task, and
+//!     `unlink` treats the mark as "not in the wheel". It stands for exactly one share, so
+//!     with the mark the count never goes below one, and two is this pointer and the orphan.
+//!   - Whoever reads the mark holds a share, so the cell is alive. A drop that reads two has
+//!     seen the last subtraction before it; if that was the canceller's, its `Release` (after
+//!     the mark in program order), with the `Acquire` fence before the read, shows the mark;
+//!     if the canceller is this very pointer, program order does.
+//!   - A drop that reads two and no mark cannot be missing a mark to come: orphaning needs
+//!     two pointers besides this one (the canceller's and the wheel's), and only one other
+//!     share exists.
 //! - Counts above [`MAX_REFS`] abort the process (leaked pointers; as `Arc` does past
 //!   `isize::MAX`), so the count never wraps to a free while pointers remain. The limit is
 //!   2^31, far below `Arc`'s: safe code reaches it only by leaking, e.g. `mem::forget` of
@@ -110,9 +117,7 @@ impl<D: ?Sized + RawTask> TaskPtr<D> {
     /// shard's lock (the wheel key is that lock's), while the canceller holds a pointer too.
     #[inline]
     pub(crate) fn orphan(self) {
-        let header = self.header();
-        debug_assert!(!header.is_orphaned(), "a task's share given up twice");
-        header.set_wheel_key(ORPHANED);
+        self.header().set_wheel_key(ORPHANED);
         std::mem::forget(self);
     }
 
@@ -171,23 +176,38 @@ impl<D: ?Sized + RawTask> Clone for TaskPtr<D> {
 impl<D: ?Sized + RawTask> Drop for TaskPtr<D> {
     #[inline]
     fn drop(&mut self) {
-        match self.header().refs.fetch_sub(1, Ordering::Release) {
-            // Every other pointer's last use happened before its Release subtraction, which
-            // this Acquire fence pairs with: nothing touches the cell after the free below.
-            1 => fence(Ordering::Acquire),
-            // One share left: the orphan's, if a canceller gave the wheel's up (ground rules).
-            // The same fence also makes the mark visible if the canceller let go before us.
-            2 => {
-                fence(Ordering::Acquire);
-                if !self.header().is_orphaned() {
-                    return;
+        let header = self.header();
+        let mut refs = header.refs.load(Ordering::Relaxed);
+        // Decide while this pointer's share still keeps the cell alive: after a subtraction
+        // that was not the last, another pointer may free it, so nothing here reads the cell
+        // once a compare-and-swap has succeeded.
+        loop {
+            if refs == 1
+                || refs == 2 && {
+                    // Pairs with the Release of the canceller's subtraction (ground rules).
+                    fence(Ordering::Acquire);
+                    header.is_orphaned()
                 }
+            {
+                break;
             }
-            _ => return,
+            match header.refs.compare_exchange_weak(
+                refs,
+                refs - 1,
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(now) => refs = now,
+            }
         }
-        // SAFETY: the count reached zero, or only a share given up is left; either way this
-        // was the last pointer and no reference into the cell remains. `ptr` came from `Box::leak` in `boxed`, and `D`'s metadata (the
-        // vtable of the boxed type) gives the box's own layout and drop.
+        // The last pointer (or the last besides a share given up): no other pointer is left to
+        // clone, drop or use the cell. This Acquire fence pairs with every other pointer's
+        // Release subtraction, whose last use of the cell came before it.
+        fence(Ordering::Acquire);
+        // SAFETY: this was the last pointer and no reference into the cell remains (above).
+        // `ptr` came from `Box::leak` in `boxed`, and `D`'s metadata (the vtable of the boxed
+        // type) gives the box's own layout and drop.
         drop(unsafe { Box::from_raw(self.ptr.as_ptr()) });
     }
 }
@@ -324,6 +344,22 @@ mod tests {
             for dropper in droppers {
                 dropper.join().unwrap();
             }
+            assert_eq!(dropped.load(StdOrdering::SeqCst), 1);
+        }
+    }
+
+    /// The last two pointers dropped at once on two threads: freed once, and neither drop
+    /// touches the cell after the other may have freed it (Miri reported the read of a first
+    /// version, which looked at the header after its subtraction, as a race with the free).
+    #[test]
+    fn the_last_two_pointers_dropped_at_once_free_the_cell_once() {
+        let rounds = if cfg!(miri) { 40 } else { 2_000 };
+        for _ in 0..rounds {
+            let dropped = Arc::new(AtomicUsize::new(0));
+            let (typed, raw) = pair::<_, u32>(cell(&dropped));
+            let other = std::thread::spawn(move || drop(raw));
+            drop(typed);
+            other.join().unwrap();
             assert_eq!(dropped.load(StdOrdering::SeqCst), 1);
         }
     }

@@ -14,7 +14,8 @@
 //! the task's wheel entry before it returns, and nothing producers do can build a backlog or hold
 //! the memory of cancelled tasks: there is nowhere for either to wait.
 //!
-//! - `Header::wheel_key` is read and written only under the task's shard lock. An insert checks
+//! - `Header::wheel_key` is written only under the task's shard lock, and read there (but for
+//!   a pointer's drop looking for the mark below, `task/ptr.rs`). An insert checks
 //!   under that lock that the task is still `SCHEDULED`; a cancel wins `SCHEDULED -> CANCELLED`
 //!   before it takes the lock. Either the insert sees the cancel (and does not insert) or the
 //!   cancel's lock comes after the insert (and it unlinks the entry by the recorded key).
@@ -24,7 +25,7 @@
 //!   unlink also checks that the entry it finds is this very task (a wheel key is a slab
 //!   index, reused by later entries), so no task can ever unlink another. A cancel's unlink
 //!   leaves the key `ORPHANED` for good instead: it gave the wheel's pointer up rather than
-//!   drop it, and a pointer's drop reads that mark without the lock (`task/ptr.rs`).
+//!   drop it (`task/ptr.rs`, "A share given up").
 //! - A shard has a gate. `Open`: everything goes in. `Closing` (graceful shutdown): only the
 //!   tasks the pool's policy keeps ([`Keep`]: by default one-shots, not periodic tasks) go in.
 //!   `Stopped` (`shutdown_now`): everything is refused. The
