@@ -5,12 +5,14 @@
 //! pointer raises before it lets go, and that the closure's drop (when the cell is freed)
 //! reads. Only the count's synchronisation can make that read see the flag: loom lets a
 //! `Relaxed` load return any value that happens-before allows, so without the `Acquire` fence
-//! after the last `Release` subtraction this model fails.
+//! before the free (after the last pointer's read of the count) this model fails.
 //!
 //! The second model gives the wheel's share up as a cancel does (`TaskPtr::orphan`): the cell
 //! must still be freed exactly once, by whichever pointer goes last, after the canceller's use.
-//! Without the `Acquire` fence of the drop that leaves one share, that drop may miss the mark
-//! (the cell is never freed: the count of frees is 0) or free before the use is seen.
+//! A drop that misses the mark leaves the cell unfreed (the count of frees is 0); one that
+//! frees before the use is seen fails the witness. (Loom does not fail when only the fence
+//! before the mark's read is removed: the mark's own `Acquire` also orders it. The ground
+//! rules in `task/ptr.rs` give the argument.)
 
 use super::{bare_one_shot, model};
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

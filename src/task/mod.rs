@@ -253,11 +253,17 @@ impl Header {
         self.wheel_key.store(key, Ordering::Relaxed);
     }
 
-    /// True once a canceller gave up the wheel's share of the count (`ptr.rs`). `Relaxed`:
-    /// the reader orders it with an `Acquire` fence after its read of the count.
+    /// Marks the wheel's share of the count as given up (`ptr.rs`). `Release`: a drop that
+    /// sees the mark (`Acquire`) also sees every count change made before it.
+    #[inline]
+    pub(crate) fn mark_orphaned(&self) {
+        self.wheel_key.store(ORPHANED, Ordering::Release);
+    }
+
+    /// True once a canceller gave up the wheel's share of the count (`ptr.rs`).
     #[inline]
     pub(crate) fn is_orphaned(&self) -> bool {
-        self.wheel_key.load(Ordering::Relaxed) == ORPHANED
+        self.wheel_key.load(Ordering::Acquire) == ORPHANED
     }
 }
 

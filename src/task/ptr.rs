@@ -30,20 +30,27 @@
 //! - **A share given up.** The cancel that takes a waiting task out of its wheel holds a
 //!   pointer of its own, so dropping the wheel's would be a subtraction that never frees. It
 //!   *orphans* it instead ([`TaskPtr::orphan`]): under the shard's lock it marks the header's
-//!   wheel key [`ORPHANED`] and forgets the pointer. The count keeps that share for good, and
-//!   a drop that reads two with the mark there is the last pointer: it frees the cell, with no
-//!   locked instruction at all. Why that is exact:
-//!   - The mark is stored once and never cleared: only `Timer::cancelled` orphans, only the
-//!     cancel that won `SCHEDULED` reaches it, nothing writes the key of an ended task, and
-//!     `unlink` treats the mark as "not in the wheel". It stands for exactly one share, so
+//!   wheel key `ORPHANED` (`Release`) and forgets the pointer. The count keeps that share for
+//!   good, and a drop that reads two with the mark there is the last pointer: it frees the
+//!   cell, with no locked instruction at all. Why that is exact:
+//!   - The mark is stored once and never overwritten: only `Timer::cancelled` orphans, only
+//!     the cancel that won `SCHEDULED` reaches it, and a task out of its wheel that has ended
+//!     has its key written by no one (`unlink` treats the mark as "not in the wheel"; insert
+//!     and reset check `SCHEDULED` under the lock first). It stands for exactly one share, so
 //!     with the mark the count never goes below one, and two is this pointer and the orphan.
-//!   - Whoever reads the mark holds a share, so the cell is alive. A drop that reads two has
-//!     seen the last subtraction before it; if that was the canceller's, its `Release` (after
-//!     the mark in program order), with the `Acquire` fence before the read, shows the mark;
-//!     if the canceller is this very pointer, program order does.
-//!   - A drop that reads two and no mark cannot be missing a mark to come: orphaning needs
-//!     two pointers besides this one (the canceller's and the wheel's), and only one other
-//!     share exists.
+//!   - Whoever reads the mark holds a share, so the cell is alive. The mark is read
+//!     `Acquire` and the count read again after it: the canceller made its own pointer (a
+//!     clone, or the future it was born with) before it stored the mark, so a first read of
+//!     two that was older than that clone is corrected by the second.
+//!   - **The rule that makes it exact, kept by the pool, not by this type:** pool pointers
+//!     (the wheel's, a ready queue's, a worker's) are cloned only from pool pointers, and user
+//!     pointers (futures, cancel handles, which alone cancel) only from user pointers; a task
+//!     that has ended never enters a wheel again. So when a drop reads two, itself and one
+//!     other: if the other is a pool pointer, any canceller must come from this pointer, before
+//!     this drop; if it is a user pointer, no wheel pointer will exist again. Either way no
+//!     orphaning can start while this drop decides. Code that broke the rule (say, cloning a
+//!     user pointer into a wheel while keeping it) could make the compare-and-swap from two to
+//!     one meet a fresh orphan's share (a leak), and is not allowed.
 //! - Counts above [`MAX_REFS`] abort the process (leaked pointers; as `Arc` does past
 //!   `isize::MAX`), so the count never wraps to a free while pointers remain. The limit is
 //!   2^31, far below `Arc`'s: safe code reaches it only by leaking, e.g. `mem::forget` of
@@ -54,7 +61,7 @@
 //! and the cell tests run under Miri, which checks the frees.
 #![allow(unsafe_code)]
 
-use super::{RawTask, TaskResult, ORPHANED};
+use super::{RawTask, TaskResult};
 use crate::sync::{fence, Ordering};
 use std::marker::PhantomData;
 use std::ops::Deref;
@@ -117,7 +124,7 @@ impl<D: ?Sized + RawTask> TaskPtr<D> {
     /// shard's lock (the wheel key is that lock's), while the canceller holds a pointer too.
     #[inline]
     pub(crate) fn orphan(self) {
-        self.header().set_wheel_key(ORPHANED);
+        self.header().mark_orphaned();
         std::mem::forget(self);
     }
 
@@ -186,7 +193,9 @@ impl<D: ?Sized + RawTask> Drop for TaskPtr<D> {
                 || refs == 2 && {
                     // Pairs with the Release of the canceller's subtraction (ground rules).
                     fence(Ordering::Acquire);
-                    header.is_orphaned()
+                    // The mark, then the count again: a clone made before the mark was stored
+                    // shows here even if the first read was older (ground rules).
+                    header.is_orphaned() && header.refs.load(Ordering::Relaxed) == 2
                 }
             {
                 break;
