@@ -373,6 +373,42 @@ mod tests {
         }
     }
 
+    /// Against the pool's rule (ground rules), a pointer's holder clones a second one and
+    /// orphans it while the other pointer drops: that drop may read a count of two older than
+    /// the clone together with the fresh mark. It must read the count again and not free the
+    /// cell under the holder. Helper review: Miri flagged a free here on every seed tried before
+    /// the second read of the count.
+    #[test]
+    fn a_stale_count_of_two_with_a_fresh_mark_frees_nothing_early() {
+        fn wait_for(flag: &std::sync::atomic::AtomicBool) {
+            while !flag.load(StdOrdering::Relaxed) {
+                std::thread::yield_now();
+            }
+        }
+        let rounds = if cfg!(miri) { 10 } else { 2_000 };
+        for _ in 0..rounds {
+            let dropped = Arc::new(AtomicUsize::new(0));
+            let (dropper, holder) = pair::<_, u32>(cell(&dropped));
+            let orphaned = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let dropped_first = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let other = {
+                let (orphaned, dropped_first) = (orphaned.clone(), dropped_first.clone());
+                std::thread::spawn(move || {
+                    holder.clone().orphan();
+                    orphaned.store(true, StdOrdering::Relaxed);
+                    wait_for(&dropped_first);
+                    std::hint::black_box(holder.header().id());
+                    drop(holder);
+                })
+            };
+            wait_for(&orphaned);
+            drop(dropper);
+            dropped_first.store(true, StdOrdering::Relaxed);
+            other.join().unwrap();
+            assert_eq!(dropped.load(StdOrdering::SeqCst), 1);
+        }
+    }
+
     /// Threads clone and drop pointers to one task at once; the cell is freed exactly once,
     /// after the last of them (Miri checks the frees).
     #[test]
