@@ -60,6 +60,29 @@ where
     if builder.preemption_bound.is_none() {
         builder.preemption_bound = Some(2);
     }
+    run(builder, name, f);
+}
+
+/// As [`model`], but with the preemption bound `bound` unless `WHEELPOOL_LOOM_FULL` is set
+/// (then as [`model`]). For a model whose full exploration takes far longer than CI allows;
+/// each caller says what the lower bound still covers and which models cover the rest.
+pub(super) fn model_bounded<F>(name: &str, bound: usize, f: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
+    if std::env::var_os("WHEELPOOL_LOOM_FULL").is_some() {
+        return model(name, f);
+    }
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(bound);
+    run(builder, name, f);
+}
+
+/// Explores `f` with `builder`, then prints the count of executions and the time taken.
+fn run<F>(builder: loom::model::Builder, name: &str, f: F)
+where
+    F: Fn() + Sync + Send + 'static,
+{
     let executions = std::sync::Arc::new(AtomicUsize::new(0));
     let counted = executions.clone();
     let start = Instant::now();

@@ -200,12 +200,12 @@ impl<D: ?Sized + RawTask> Drop for TaskPtr<D> {
             {
                 break;
             }
-            match header.refs.compare_exchange_weak(
-                refs,
-                refs - 1,
-                Ordering::Release,
-                Ordering::Relaxed,
-            ) {
+            // Strong, not weak: the same instruction on x86, and loom need not explore a
+            // spurious failure at every attempt.
+            match header
+                .refs
+                .compare_exchange(refs, refs - 1, Ordering::Release, Ordering::Relaxed)
+            {
                 Ok(_) => return,
                 Err(now) => refs = now,
             }
