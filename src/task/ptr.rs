@@ -34,9 +34,11 @@
 //!   good, and a drop that reads two with the mark there is the last pointer: it frees the
 //!   cell, with no locked instruction at all. Why that is exact:
 //!   - The mark is stored once and never overwritten: only `Timer::cancelled` orphans, only
-//!     the cancel that won `SCHEDULED` reaches it, and a task out of its wheel that has ended
-//!     has its key written by no one (`unlink` treats the mark as "not in the wheel"; insert
-//!     and reset check `SCHEDULED` under the lock first). It stands for exactly one share, so
+//!     the cancel that won `SCHEDULED` reaches it, and after that unlink the task is in no
+//!     wheel and has ended, so nothing writes its key again (`unlink` treats the mark as "not
+//!     in the wheel"; insert and reset check `SCHEDULED` under the lock first; the key clears
+//!     of a poll or sweep touch only entries they took out of the wheel themselves, which no
+//!     cancel can then unlink). It stands for exactly one share, so
 //!     with the mark the count never goes below one, and two is this pointer and the orphan.
 //!   - Whoever reads the mark holds a share, so the cell is alive. The mark is read
 //!     `Acquire` and the count read again after it: the canceller made its own pointer (a
