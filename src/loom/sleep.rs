@@ -40,8 +40,9 @@ fn push_racing_a_worker_going_to_sleep_is_not_lost() {
 /// Explored with one preemption in CI (every schedule with at most one switch the threads did
 /// not ask for), not two: with three threads and every task pointer's drop in the real loop,
 /// two took 263 s (1.21 M executions) when a drop was one subtraction, and 22 min (4.89 M
-/// executions, passed) once a drop reads the count first (`task/ptr.rs`). A lost wake-up needs one preemption (between a worker's last look at
-/// the queues and its sleep); the two models beside this one explore that race with two.
+/// executions, passed) once a drop reads the count first (`task/ptr.rs`). A lost wake-up
+/// needs one preemption (between a worker's last look at the queues and its sleep); the two
+/// models beside this one explore that race with two.
 /// `WHEELPOOL_LOOM_FULL=1` explores this one with two as well: run it after a change to the
 /// worker loop, the sleep protocol or the task pointer.
 #[test]

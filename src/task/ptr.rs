@@ -38,8 +38,8 @@
 //!     wheel and has ended, so nothing writes its key again (`unlink` treats the mark as "not
 //!     in the wheel"; insert and reset check `SCHEDULED` under the lock first; the key clears
 //!     of a poll or sweep touch only entries they took out of the wheel themselves, which no
-//!     cancel can then unlink). It stands for exactly one share, so
-//!     with the mark the count never goes below one, and two is this pointer and the orphan.
+//!     cancel can then unlink). It stands for exactly one share, so with the mark the count
+//!     never goes below one, and two is this pointer and the orphan.
 //!   - Whoever reads the mark holds a share, so the cell is alive. The mark is read
 //!     `Acquire` and the count read again after it: the canceller made its own pointer (a
 //!     clone, or the future it was born with) before it stored the mark, so a first read of
@@ -233,7 +233,7 @@ impl std::fmt::Debug for TaskPtr<dyn RawTask> {
 mod tests {
     use super::*;
     use crate::task::{OneShot, TaskCell};
-    use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as StdOrdering};
     use std::sync::Arc;
 
     /// Counts its drops: the closure a cell holds until it is freed.
@@ -382,7 +382,7 @@ mod tests {
     /// the second read of the count.
     #[test]
     fn a_stale_count_of_two_with_a_fresh_mark_frees_nothing_early() {
-        fn wait_for(flag: &std::sync::atomic::AtomicBool) {
+        fn wait_for(flag: &AtomicBool) {
             while !flag.load(StdOrdering::Relaxed) {
                 std::thread::yield_now();
             }
@@ -391,8 +391,8 @@ mod tests {
         for _ in 0..rounds {
             let dropped = Arc::new(AtomicUsize::new(0));
             let (dropper, holder) = pair::<_, u32>(cell(&dropped));
-            let orphaned = Arc::new(std::sync::atomic::AtomicBool::new(false));
-            let dropped_first = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let orphaned = Arc::new(AtomicBool::new(false));
+            let dropped_first = Arc::new(AtomicBool::new(false));
             let other = {
                 let (orphaned, dropped_first) = (orphaned.clone(), dropped_first.clone());
                 std::thread::spawn(move || {
