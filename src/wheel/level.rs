@@ -4,7 +4,7 @@
 //! a slot list goes through this type so the two never disagree.
 
 use super::bits::{self, SLOTS};
-use super::slab::{List, Slab};
+use super::slab::{Links, List, Slab};
 
 /// One level: 64 slots, each the head of an intrusive list of slab nodes.
 pub(super) struct Level {
@@ -45,9 +45,26 @@ impl Level {
 
     /// Takes node `index` out of `slot`, which must hold it. O(1).
     pub(super) fn unlink<T>(&mut self, slab: &mut Slab<T>, slot: usize, index: u32) {
-        let list = &mut self.slots[slot];
-        slab.unlink(list, index);
-        if list.is_empty() {
+        let links = slab.links(index);
+        self.unlink_links(slab, slot, index, links);
+    }
+
+    /// Takes node `index`, whose links are `links` (see [`Slab::unlink_links`]), out of `slot`,
+    /// which must hold it. O(1).
+    pub(super) fn unlink_links<T>(
+        &mut self,
+        slab: &mut Slab<T>,
+        slot: usize,
+        index: u32,
+        links: Links,
+    ) {
+        slab.unlink_links(&mut self.slots[slot], index, links);
+        self.emptied(slot);
+    }
+
+    /// Clears the occupancy bit of `slot` if its list is empty now.
+    fn emptied(&mut self, slot: usize) {
+        if self.slots[slot].is_empty() {
             self.occupied &= !(1 << slot);
         }
     }

@@ -60,7 +60,7 @@ use std::mem;
 
 use bits::{level_for, slot_for, NUM_LEVELS};
 use level::Level;
-use slab::{List, Slab, NIL};
+use slab::{Links, List, Slab, NIL};
 
 pub use key::Key;
 
@@ -387,11 +387,9 @@ impl<T> Wheel<T> {
     /// assert_eq!(wheel.len(), 1);
     /// ```
     pub fn remove(&mut self, key: Key, is_entry: impl FnOnce(&T) -> bool) -> Option<T> {
-        if !self.slab.holds(key.index, is_entry) {
-            return None;
-        }
-        self.unlink(key.index);
-        Some(self.slab.vacate(key.index))
+        let (value, links) = self.slab.vacate_if(key.index, is_entry)?;
+        self.unlink_links(key.index, links);
+        Some(value)
     }
 
     /// The earliest tick at which [`poll_expired`](Wheel::poll_expired) has work to do, or
@@ -566,18 +564,29 @@ impl<T> Wheel<T> {
     /// Takes the occupied node `index` out of whichever list holds it: a node inside a list
     /// from its neighbours alone, a list's first node from the list its head mark names.
     fn unlink(&mut self, index: u32) {
-        match self.slab.head_of(index) {
+        let links = self.slab.links(index);
+        self.unlink_links(index, links);
+    }
+
+    /// Takes node `index`, whose links are `links` (read before a `vacate_if`, or now), out of
+    /// whichever list holds it.
+    fn unlink_links(&mut self, index: u32, links: Links) {
+        match links.head_of() {
             None => {
                 // Not a head: its list is not touched.
                 let mut unused = List::EMPTY;
-                self.slab.unlink(&mut unused, index);
+                self.slab.unlink_links(&mut unused, index, links);
             }
-            Some(DUE_LIST) => self.slab.unlink(&mut self.due, index),
-            Some(CASCADING_LIST) => self.slab.unlink(&mut self.cascading.list, index),
-            Some(BACK_LIST) => self.slab.unlink(&mut self.cascading.back, index),
+            Some(DUE_LIST) => self.slab.unlink_links(&mut self.due, index, links),
+            Some(CASCADING_LIST) => self
+                .slab
+                .unlink_links(&mut self.cascading.list, index, links),
+            Some(BACK_LIST) => self
+                .slab
+                .unlink_links(&mut self.cascading.back, index, links),
             Some(id) => {
                 let (level, buffer, slot) = slot_of(id);
-                self.levels[level][buffer].unlink(&mut self.slab, slot, index);
+                self.levels[level][buffer].unlink_links(&mut self.slab, slot, index, links);
             }
         }
     }

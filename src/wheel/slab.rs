@@ -46,6 +46,21 @@ pub(super) struct Node<T> {
     value: Option<T>,
 }
 
+/// Where a node sits in its list (or sat, when [`Slab::vacate_if`] vacated it): its back link (the
+/// node before it, or its list's head mark) and the node after it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Links {
+    back: u32,
+    next: u32,
+}
+
+impl Links {
+    /// The id of the list the node headed, or `None` if it was inside its list.
+    pub(super) fn head_of(self) -> Option<u32> {
+        (self.back >= HEAD).then(|| self.back - HEAD)
+    }
+}
+
 /// The head of an intrusive list of slab nodes.
 ///
 /// A list never owns nodes: it is a cursor into the slab. Order inside a list carries no meaning
@@ -148,7 +163,8 @@ impl<T> Slab<T> {
         index as u32
     }
 
-    /// Whether node `index` is occupied by a value `is_entry` recognises.
+    /// Whether node `index` is occupied by a value `is_entry` recognises (tests).
+    #[cfg(all(test, not(wheelpool_loom)))]
     pub(super) fn holds(&self, index: u32, is_entry: impl FnOnce(&T) -> bool) -> bool {
         self.nodes
             .get(index as usize)
@@ -161,7 +177,8 @@ impl<T> Slab<T> {
         self.nodes[index as usize].deadline
     }
 
-    /// The id of the list the occupied node `index` heads, or `None` if it is not a head.
+    /// The id of the list the occupied node `index` heads, or `None` if it is not a head (tests).
+    #[cfg(all(test, not(wheelpool_loom)))]
     pub(super) fn head_of(&self, index: u32) -> Option<u32> {
         let back = self.nodes[index as usize].back;
         (back >= HEAD).then(|| back - HEAD)
@@ -212,6 +229,33 @@ impl<T> Slab<T> {
         self.nodes[index as usize].next
     }
 
+    /// Vacates node `index` if it is occupied by a value `is_entry` recognises, and hands back
+    /// that value with the links the node had. Its neighbours (or its list's head) still point
+    /// at it: the caller takes it out of its list with [`Slab::unlink_links`] before anything
+    /// else touches that list. One look-up of the node, where a check, an unlink and a vacate
+    /// looked it up four times (a cancel's hot path).
+    #[inline]
+    pub(super) fn vacate_if(
+        &mut self,
+        index: u32,
+        is_entry: impl FnOnce(&T) -> bool,
+    ) -> Option<(T, Links)> {
+        let free = self.free;
+        let node = self.nodes.get_mut(index as usize)?;
+        if !node.value.as_ref().is_some_and(is_entry) {
+            return None;
+        }
+        let value = node.value.take()?;
+        let links = Links {
+            back: node.back,
+            next: node.next,
+        };
+        node.next = free;
+        self.free = index;
+        self.len -= 1;
+        Some((value, links))
+    }
+
     /// Vacates the occupied node `index` and hands its value back. The node must already be
     /// unlinked from (or detached with) its list: its `next` now links the free list.
     pub(super) fn vacate(&mut self, index: u32) -> T {
@@ -239,7 +283,23 @@ impl<T> Slab<T> {
     /// Unlinks node `index` from its list, which must be `list` if the node heads it (any list
     /// otherwise: it is not touched). O(1).
     pub(super) fn unlink(&mut self, list: &mut List, index: u32) {
+        let links = self.links(index);
+        self.unlink_links(list, index, links);
+    }
+
+    /// The links of node `index`: what [`Slab::unlink_links`] needs.
+    #[inline]
+    pub(super) fn links(&self, index: u32) -> Links {
         let Node { back, next, .. } = self.nodes[index as usize];
+        Links { back, next }
+    }
+
+    /// Makes the neighbours of node `index`, whose links are `links`, skip it: as
+    /// [`Slab::unlink`], for a node whose links were read before (a node [`Slab::vacate_if`]
+    /// just vacated, whose `next` links the free list now). O(1).
+    #[inline]
+    pub(super) fn unlink_links(&mut self, list: &mut List, index: u32, links: Links) {
+        let Links { back, next } = links;
         if back >= HEAD {
             debug_assert_eq!(list.head, index, "wheel: unlinking from the wrong list");
             list.head = next;
