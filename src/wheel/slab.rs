@@ -180,8 +180,7 @@ impl<T> Slab<T> {
     /// The id of the list the occupied node `index` heads, or `None` if it is not a head (tests).
     #[cfg(all(test, not(wheelpool_loom)))]
     pub(super) fn head_of(&self, index: u32) -> Option<u32> {
-        let back = self.nodes[index as usize].back;
-        (back >= HEAD).then(|| back - HEAD)
+        self.links(index).head_of()
     }
 
     /// The node before `index` in its list (tests only; not meaningful for a head).
@@ -259,11 +258,9 @@ impl<T> Slab<T> {
     /// Vacates the occupied node `index` and hands its value back. The node must already be
     /// unlinked from (or detached with) its list: its `next` now links the free list.
     pub(super) fn vacate(&mut self, index: u32) -> T {
-        let node = &mut self.nodes[index as usize];
-        let value = node.value.take().expect("wheel: vacating a vacant node");
-        node.next = self.free;
-        self.free = index;
-        self.len -= 1;
+        let (value, _) = self
+            .vacate_if(index, |_| true)
+            .expect("wheel: vacating a vacant node");
         value
     }
 
