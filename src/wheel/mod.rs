@@ -7,7 +7,8 @@
 //! Eleven levels of 64 slots. A slot of level `l` spans `64^l` ticks, so level 0 has one tick
 //! per slot and the 11 levels cover 66 bits: every `u64` deadline up to `u64::MAX` has a place,
 //! and no overflow list is needed (the top level uses 16 of its 64 slots). Each level keeps a
-//! `u64` bitmap of its non-empty slots. Entries live in one slab (`Vec`) and each slot is an
+//! `u64` bitmap of its non-empty slots. Entries live in one slab (chunks that never move, so it
+//! grows without copying: `nodes.rs`) and each slot is an
 //! intrusive doubly linked list through it, linked by `u32` indices.
 //!
 //! # Ground rules
@@ -44,13 +45,15 @@
 //! One entry costs one slab node: 16 bytes of bookkeeping (a deadline and two links) plus
 //! `Option<T>`, rounded up to 8. That is **24 bytes** for
 //! `T = ()` or a thin pointer with a niche such as `Arc<Task>`, and **32 bytes** for a fat one
-//! such as the pool's `TaskRef` ([`Wheel::ENTRY_SIZE`]), plus the `Vec`'s growth slack
-//! (at most 2x until [`shrink_to_fit`](Wheel::shrink_to_fit)). The levels and their spares add
-//! a fixed 5.8 KB. One wheel holds some 4.29 billion entries at most.
+//! such as the pool's `TaskRef` ([`Wheel::ENTRY_SIZE`]), plus the growth slack of the slab's
+//! chunks, which double in size as a `Vec` does (at most 2x until
+//! [`shrink_to_fit`](Wheel::shrink_to_fit)). The levels and their spares add a fixed 5.8 KB,
+//! the table of chunks half a kilobyte. One wheel holds some 4.29 billion entries at most.
 
 mod bits;
 mod key;
 mod level;
+mod nodes;
 mod poll;
 mod slab;
 mod stage;
@@ -64,13 +67,16 @@ use slab::{Links, List, Slab, NIL};
 
 pub use key::Key;
 
-/// The storage of an empty wheel, taken out by [`Wheel::take_storage_if_empty`]: it holds no
+/// Storage of an empty wheel, taken out by [`Wheel::take_storage_if_empty`]: it holds no
 /// entry, and dropping it frees the memory.
-pub struct Storage<T>(Vec<slab::Node<T>>);
+///
+/// Boxed: the storage's table of chunks is half a kilobyte, and a shard's cancel returns an
+/// `Option<Storage>` every time (almost always `None`), which would copy it.
+pub struct Storage<T>(Box<nodes::Nodes<T>>);
 
 impl<T> fmt::Debug for Storage<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Storage({} nodes)", self.0.capacity())
+        write!(f, "Storage({} nodes)", self.0.room())
     }
 }
 
@@ -225,7 +231,7 @@ impl<T> Wheel<T> {
     }
 
     /// An empty wheel standing at tick 0 with room for `capacity` entries before its slab
-    /// reallocates.
+    /// allocates again.
     ///
     /// # Examples
     ///
@@ -302,7 +308,8 @@ impl<T> Wheel<T> {
         self.len() == 0
     }
 
-    /// Number of entries the wheel can hold without reallocating its slab.
+    /// Number of entries the wheel can hold before its slab allocates again (a chunk twice the
+    /// size of the last: nothing is copied).
     ///
     /// # Examples
     ///
@@ -503,8 +510,9 @@ impl<T> Wheel<T> {
         debug_assert!(self.is_empty());
     }
 
-    /// Gives slab memory back to the allocator after many entries went away: frees the unused
-    /// nodes at the end of the slab and shrinks it to fit. Live keys stay valid. O(capacity).
+    /// Gives slab memory back to the allocator after many entries went away: forgets the unused
+    /// nodes at the end of the slab and frees the chunks past the last node left. Live keys stay
+    /// valid. O(capacity).
     ///
     /// # Examples
     ///
@@ -522,17 +530,22 @@ impl<T> Wheel<T> {
     /// ```
     pub fn shrink_to_fit(&mut self) {
         if self.is_empty() {
-            self.slab.release(); // O(1): nothing to keep
+            drop(self.slab.take_storage_beyond(0)); // O(1): nothing to keep
         } else {
             self.slab.shrink_to_fit();
         }
     }
 
-    /// An empty wheel's storage, taken out in O(1) (the wheel keeps working, and grows again
-    /// from nothing); `None` if the wheel holds entries. Dropping what it returns frees the
-    /// memory: a caller under a lock drops it after unlocking.
-    pub fn take_storage_if_empty(&mut self) -> Option<Storage<T>> {
-        self.is_empty().then(|| Storage(self.slab.take_storage()))
+    /// An empty wheel's storage past the first `room` entries' room, taken out in O(1) (the
+    /// wheel keeps working: it reuses the room it kept, then grows again); `None` if the wheel
+    /// holds entries or has no more room than that. Dropping what it returns frees the memory:
+    /// a caller under a lock drops it after unlocking.
+    ///
+    /// The room kept is whole chunks of the wheel's storage (64 entries, then 128, 256 and so
+    /// on): as many as fit in `room` entries.
+    pub fn take_storage_if_empty(&mut self, room: usize) -> Option<Storage<T>> {
+        (self.is_empty() && self.capacity() > room)
+            .then(|| Storage(Box::new(self.slab.take_storage_beyond(room))))
     }
 
     /// Links the occupied node `index`, due at `deadline > now` (so past the cursor), into its

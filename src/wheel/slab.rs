@@ -1,8 +1,9 @@
 //! Slab storage for wheel entries and the intrusive doubly linked lists threaded through it.
 //!
 //! Ground rules:
-//! - Every entry is one [`Node`] in one `Vec`; lists link nodes by `u32` index, so there are no
-//!   pointers, no `unsafe` and no allocation per entry. [`NIL`] (`u32::MAX`) is "no node".
+//! - Every entry is one [`Node`] in the slab's storage ([`Nodes`]: chunks that never move, so
+//!   growing copies nothing); lists link nodes by `u32` index, so there are no pointers, no
+//!   `unsafe` and no allocation per entry. [`NIL`] (`u32::MAX`) is "no node".
 //! - A node is *occupied* while `value` is `Some`. It is then in exactly one [`List`].
 //! - A node's back link is the index of the node before it in its list; the list's first node
 //!   keeps there instead a *head mark*, [`HEAD`] plus the list's id (given by the wheel), so
@@ -18,6 +19,8 @@
 //! - Indices stay below [`HEAD`], so a slab holds at most [`MAX_NODES`] nodes.
 
 use std::mem;
+
+use super::nodes::Nodes;
 
 /// "No node": the end of a list, or an empty list.
 pub(super) const NIL: u32 = u32::MAX;
@@ -44,6 +47,30 @@ pub(super) struct Node<T> {
     next: u32,
     /// `Some` exactly while the node is occupied.
     value: Option<T>,
+}
+
+impl<T> Node<T> {
+    /// A node holding `value`, due at `deadline`, in no list.
+    pub(super) fn new(deadline: u64, value: T) -> Self {
+        Node {
+            deadline,
+            back: NIL,
+            next: NIL,
+            value: Some(value),
+        }
+    }
+
+    /// The node's deadline.
+    #[cfg(all(test, not(wheelpool_loom)))]
+    pub(super) fn deadline(&self) -> u64 {
+        self.deadline
+    }
+
+    /// Sets the node's deadline.
+    #[cfg(all(test, not(wheelpool_loom)))]
+    pub(super) fn set_deadline(&mut self, deadline: u64) {
+        self.deadline = deadline;
+    }
 }
 
 /// Where a node sits in its list (or sat, when [`Slab::vacate_if`] vacated it): its back link (the
@@ -87,7 +114,8 @@ impl List {
 
 /// Every node of the wheel, occupied or vacant.
 pub(super) struct Slab<T> {
-    nodes: Vec<Node<T>>,
+    /// Nodes `0..nodes.len()`, in chunks that never move (`nodes.rs`).
+    nodes: Nodes<T>,
     /// Head of the free list of vacant nodes.
     free: u32,
     /// Number of occupied nodes.
@@ -95,10 +123,10 @@ pub(super) struct Slab<T> {
 }
 
 impl<T> Slab<T> {
-    /// An empty slab with room for `capacity` nodes before it reallocates.
+    /// An empty slab with room for `capacity` nodes before it allocates again.
     pub(super) fn with_capacity(capacity: usize) -> Self {
         Slab {
-            nodes: Vec::with_capacity(capacity),
+            nodes: Nodes::with_capacity(capacity),
             free: NIL,
             len: 0,
         }
@@ -109,7 +137,7 @@ impl<T> Slab<T> {
         self.len
     }
 
-    /// Number of nodes the slab can hold without reallocating.
+    /// Number of nodes the slab can hold before it allocates another chunk.
     pub(super) fn capacity(&self) -> usize {
         self.nodes.capacity()
     }
@@ -122,7 +150,7 @@ impl<T> Slab<T> {
     pub(super) fn insert(&mut self, deadline: u64, value: T) -> u32 {
         let index = if self.free != NIL {
             let index = self.free;
-            let node = &mut self.nodes[index as usize];
+            let node = &mut self.nodes[index];
             self.free = node.next;
             node.deadline = deadline;
             node.back = NIL;
@@ -154,12 +182,7 @@ impl<T> Slab<T> {
             index < MAX_NODES,
             "wheel: more than {MAX_NODES} entries in one wheel"
         );
-        self.nodes.push(Node {
-            deadline,
-            back: NIL,
-            next: NIL,
-            value: Some(value),
-        });
+        self.nodes.push(Node::new(deadline, value));
         index as u32
     }
 
@@ -167,14 +190,14 @@ impl<T> Slab<T> {
     #[cfg(all(test, not(wheelpool_loom)))]
     pub(super) fn holds(&self, index: u32, is_entry: impl FnOnce(&T) -> bool) -> bool {
         self.nodes
-            .get(index as usize)
+            .get(index)
             .and_then(|node| node.value.as_ref())
             .is_some_and(is_entry)
     }
 
     /// The deadline of node `index`.
     pub(super) fn deadline(&self, index: u32) -> u64 {
-        self.nodes[index as usize].deadline
+        self.nodes[index].deadline
     }
 
     /// The id of the list the occupied node `index` heads, or `None` if it is not a head (tests).
@@ -186,7 +209,7 @@ impl<T> Slab<T> {
     /// The node before `index` in its list (tests only; not meaningful for a head).
     #[cfg(all(test, not(wheelpool_loom)))]
     pub(super) fn prev(&self, index: u32) -> u32 {
-        self.nodes[index as usize].back
+        self.nodes[index].back
     }
 
     /// Marks the head of `list` (if any) as the head of the list with id `id`: the list was
@@ -194,13 +217,13 @@ impl<T> Slab<T> {
     pub(super) fn mark_head(&mut self, list: List, id: u32) {
         debug_assert!(id <= MAX_LIST_ID);
         if list.head != NIL {
-            self.nodes[list.head as usize].back = HEAD + id;
+            self.nodes[list.head].back = HEAD + id;
         }
     }
 
     /// The value of node `index` if it is occupied (for scans over the slab).
     pub(super) fn value(&self, index: u32) -> Option<&T> {
-        self.nodes.get(index as usize)?.value.as_ref()
+        self.nodes.get(index)?.value.as_ref()
     }
 
     /// Number of nodes, occupied or vacant: the range of indices a scan covers.
@@ -208,24 +231,18 @@ impl<T> Slab<T> {
         self.nodes.len()
     }
 
-    /// Forgets every node and releases the storage, in O(1) plus the allocator's free. Only for
-    /// an empty slab.
-    pub(super) fn release(&mut self) {
-        drop(self.take_storage());
-    }
-
-    /// Forgets every node and hands the storage back, in O(1), for the caller to free when it
-    /// likes (a shard frees it after unlocking). Only for an empty slab: every node is vacant, so
-    /// dropping the storage drops no value.
-    pub(super) fn take_storage(&mut self) -> Vec<Node<T>> {
+    /// Forgets every node and hands back the storage past the first `room` nodes' room, in
+    /// O(1), for the caller to free when it likes (a shard frees it after unlocking). Only for
+    /// an empty slab: every node is vacant, so forgetting them drops no value.
+    pub(super) fn take_storage_beyond(&mut self, room: usize) -> Nodes<T> {
         debug_assert_eq!(self.len, 0);
         self.free = NIL;
-        std::mem::take(&mut self.nodes)
+        self.nodes.forget_all_keeping(room)
     }
 
     /// The node after `index` in its list.
     pub(super) fn next(&self, index: u32) -> u32 {
-        self.nodes[index as usize].next
+        self.nodes[index].next
     }
 
     /// Vacates node `index` if it is occupied by a value `is_entry` recognises, and hands back
@@ -240,7 +257,7 @@ impl<T> Slab<T> {
         is_entry: impl FnOnce(&T) -> bool,
     ) -> Option<(T, Links)> {
         let free = self.free;
-        let node = self.nodes.get_mut(index as usize)?;
+        let node = self.nodes.get_mut(index)?;
         if !node.value.as_ref().is_some_and(is_entry) {
             return None;
         }
@@ -269,9 +286,9 @@ impl<T> Slab<T> {
         debug_assert!(id <= MAX_LIST_ID);
         let old_head = list.head;
         if old_head != NIL {
-            self.nodes[old_head as usize].back = index;
+            self.nodes[old_head].back = index;
         }
-        let node = &mut self.nodes[index as usize];
+        let node = &mut self.nodes[index];
         node.back = HEAD + id;
         node.next = old_head;
         list.head = index;
@@ -287,7 +304,7 @@ impl<T> Slab<T> {
     /// The links of node `index`: what [`Slab::unlink_links`] needs.
     #[inline]
     pub(super) fn links(&self, index: u32) -> Links {
-        let Node { back, next, .. } = self.nodes[index as usize];
+        let Node { back, next, .. } = self.nodes[index];
         Links { back, next }
     }
 
@@ -301,16 +318,16 @@ impl<T> Slab<T> {
             debug_assert_eq!(list.head, index, "wheel: unlinking from the wrong list");
             list.head = next;
         } else {
-            self.nodes[back as usize].next = next;
+            self.nodes[back].next = next;
         }
         if next != NIL {
             // The next node takes this one's back link: its previous node, or the head mark.
-            self.nodes[next as usize].back = back;
+            self.nodes[next].back = back;
         }
     }
 
-    /// Gives memory back: drops trailing vacant nodes, shrinks the allocation to fit and rebuilds
-    /// the free list so the lowest indices are reused first. O(capacity).
+    /// Gives memory back: drops trailing vacant nodes, frees the chunks past the last node left
+    /// and rebuilds the free list so the lowest indices are reused first. O(nodes).
     pub(super) fn shrink_to_fit(&mut self) {
         while let Some(last) = self.nodes.last() {
             if last.value.is_some() {
@@ -318,12 +335,13 @@ impl<T> Slab<T> {
             }
             self.nodes.pop();
         }
-        self.nodes.shrink_to_fit();
+        self.nodes.free_unused();
         self.free = NIL;
-        for (index, node) in self.nodes.iter_mut().enumerate().rev() {
+        for index in (0..self.nodes.len() as u32).rev() {
+            let node = &mut self.nodes[index];
             if node.value.is_none() {
                 node.next = self.free;
-                self.free = index as u32;
+                self.free = index;
             }
         }
     }

@@ -319,13 +319,13 @@ fn shrink_to_fit_after_mass_removal_keeps_the_wheel_working() {
         .all(|&key| wheel.remove(key, |_| true).is_none()));
 }
 
-/// An empty wheel's storage comes out whole (a held one does not), and the wheel goes on from
-/// nothing: its time and its old keys stay as they were.
+/// An empty wheel's storage past the room it keeps comes out (a held one does not), and the
+/// wheel goes on in the room it kept: its time and its old keys stay as they were.
 #[test]
 fn the_storage_of_an_empty_wheel_comes_out_and_the_wheel_goes_on() {
     let mut wheel = Wheel::new();
     let keys: Vec<Key> = (0..5000).map(|d| wheel.insert(d * 13 + 1, d)).collect();
-    assert!(wheel.take_storage_if_empty().is_none(), "it holds entries");
+    assert!(wheel.take_storage_if_empty(0).is_none(), "it holds entries");
     assert_eq!(wheel.len(), 5000);
     let mut due = poll(&mut wheel, 1_000);
     due.sort_unstable();
@@ -338,10 +338,16 @@ fn the_storage_of_an_empty_wheel_comes_out_and_the_wheel_goes_on() {
         wheel.remove(key, |_| true);
     }
     assert!(wheel.is_empty() && wheel.capacity() >= 5000);
-    let storage = wheel.take_storage_if_empty().expect("empty");
-    assert!(format!("{storage:?}").contains("nodes"));
+    assert!(
+        wheel.take_storage_if_empty(1 << 20).is_none(),
+        "no more room than that"
+    );
+    let storage = wheel.take_storage_if_empty(1000).expect("empty");
+    // Chunks of 64, 128, 256 and 512 entries stay (960 entries' room); the ones of 1024, 2048
+    // and 4096 come out.
+    assert_eq!(format!("{storage:?}"), "Storage(7168 nodes)");
     drop(storage);
-    assert_eq!(wheel.capacity(), 0);
+    assert_eq!(wheel.capacity(), 960);
     assert_eq!(wheel.now(), 1_000, "time is kept");
     check_invariants(&wheel);
     assert!(keys
@@ -351,6 +357,14 @@ fn the_storage_of_an_empty_wheel_comes_out_and_the_wheel_goes_on() {
     assert!(poll(&mut wheel, 1_499).is_empty(), "never early");
     assert_eq!(poll(&mut wheel, 1_500), [1]);
     assert!(wheel.remove(late, |_| true).is_none());
+    // It grows past the room it kept again, and gives it all back on request.
+    let more: Vec<Key> = (0..3000).map(|d| wheel.insert(2_000 + d, d)).collect();
+    check_invariants(&wheel);
+    for &key in &more {
+        assert!(wheel.remove(key, |_| true).is_some());
+    }
+    assert!(wheel.take_storage_if_empty(0).is_some());
+    assert_eq!(wheel.capacity(), 0);
 }
 
 #[test]
