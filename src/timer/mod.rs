@@ -50,8 +50,8 @@
 //! watcher hands what its polls gave up to the driver and wakes it (rare: a shard of more than
 //! `RELEASE_AT` entries' room emptied), so a task it then runs, however long, holds nothing.
 //! A free can delay the driver's next pass by that millisecond, once per emptied shard. A
-//! shard that still holds entries keeps its room (at most its peak entry count, rounded up to
-//! a whole chunk of the slab, times 32 B) until it empties: compacting live entries would be
+//! shard that still holds entries keeps its room (its peak entry count rounded up to a whole
+//! chunk of the slab, at most twice that plus 62, times 32 B) until it empties: compacting live entries would be
 //! unbounded work under the lock. The slab grows by chunks that never move, so growing is
 //! one allocation under the lock, never a copy of the entries (`wheel/nodes.rs`).
 //!

@@ -240,11 +240,16 @@ impl Spare {
 
 /// An empty shard keeps this many entries' room of its wheel for reuse (whole chunks of its
 /// storage: 4032 entries, 126 KB), so one timer armed and cancelled (or fired) at a time costs
-/// no allocation, and emptiness gives back only the room past it. Keeping it also keeps the
-/// allocator's work out of a large give-back: those first chunks sit in glibc's heap, and freeing
-/// one of 64 KB makes glibc merge every small block freed so far (after a million cancels, a
-/// million task cells: tens of milliseconds, in the cancel that emptied the shard), where the
-/// larger chunks are their own mappings and go back with one `munmap` each.
+/// no allocation, and emptiness gives back only the room past it.
+///
+/// Keeping those chunks also keeps glibc's most common merge out of the cancel that empties a
+/// large shard: they sit in its heap, and freeing one of 64 KB or more there makes glibc merge
+/// every small block freed so far (after a million cancels, a million task cells: W1's cancels
+/// took 20-40 ns more each). The larger chunks are mappings of their own the first time a shard
+/// grows (glibc maps blocks of 128 KB and up) and go back with an `munmap` each; once glibc has
+/// freed a mapping it raises that threshold to the mapping's size, and later chunks below it
+/// come from the heap, whose free may merge again. That is the allocator's own policy, paid by
+/// the thread that frees, after unlocking.
 pub(super) const RELEASE_AT: usize = 4096;
 
 /// The give-back rule, applied wherever entries leave a wheel (a cancel's unlink, a poll that
@@ -253,9 +258,9 @@ pub(super) const RELEASE_AT: usize = 4096;
 /// returns after unlocking, since freeing tens of megabytes (an munmap) under a lock that never
 /// parks would keep its waiters spinning and napping.
 ///
-/// A shard that is not empty keeps its room, as a `Vec` keeps its capacity: at most its peak
-/// number of entries times the entry size (32 B), rounded up to a whole chunk (at most twice
-/// that), until it empties. Giving that back earlier would mean compacting live entries under
+/// A shard that is not empty keeps its room, as a `Vec` keeps its capacity: its peak number of
+/// entries times the entry size (32 B), rounded up to a whole chunk (at most twice the peak plus
+/// 62 entries), until it empties. Giving that back earlier would mean compacting live entries under
 /// the lock, which is unbounded work.
 #[must_use = "free the storage after unlocking"]
 pub(super) fn give_back_if_empty(wheel: &mut Wheel<TaskRef>) -> Option<Storage<TaskRef>> {

@@ -75,6 +75,12 @@ enum Op {
     Extract(usize, usize, usize),
     /// `shrink_to_fit`: the free list is rebuilt, live entries keep their nodes.
     Shrink,
+    /// `take_storage_if_empty(room)`, the storage dropped at once: an emptied timer shard's
+    /// give-back.
+    GiveBack(usize),
+    /// Remove every key issued so far, live or stale, in issue order: the cancels that empty a
+    /// shard.
+    RemoveAll,
 }
 
 fn distance() -> impl Strategy<Value = u64> {
@@ -106,6 +112,8 @@ fn op() -> impl Strategy<Value = Op> {
         3 => (1..5usize, 0..50usize, distance()).prop_map(|(f, b, h)| Op::Stage(f, b, h)),
         2 => (0..300usize, 0..300usize, 1..4usize).prop_map(|(f, b, m)| Op::Extract(f, b, m)),
         1 => Just(Op::Shrink),
+        1 => prop_oneof![Just(0usize), 0..300usize, Just(4096)].prop_map(Op::GiveBack),
+        1 => Just(Op::RemoveAll),
     ]
 }
 
@@ -309,6 +317,20 @@ impl Run {
                 }
             }
             Op::Shrink => self.wheel.shrink_to_fit(),
+            Op::RemoveAll => {
+                for pick in 0..self.keys.len() {
+                    self.remove(pick);
+                }
+                assert!(self.wheel.is_empty());
+            }
+            Op::GiveBack(room) => {
+                let (empty, before) = (self.wheel.is_empty(), self.wheel.capacity());
+                let storage = self.wheel.take_storage_if_empty(room);
+                assert_eq!(storage.is_some(), empty && before > room);
+                if storage.is_some() {
+                    assert!(self.wheel.capacity() <= room, "keeps only what fits");
+                }
+            }
         }
         self.check();
     }
