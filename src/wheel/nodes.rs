@@ -72,11 +72,22 @@ fn chunk_layout<T>(chunk: usize) -> Layout {
     Layout::array::<Node<T>>(chunk_len(chunk)).expect("wheel: node storage exhausted")
 }
 
-/// The top bit of `index + FIRST`: the chunk of node `index` is this minus [`LOG_FIRST`].
+/// The top bit of `index + FIRST`: the bias table's entry for node `index` ([`chunk_top`] of
+/// its chunk).
 #[inline(always)]
 fn top_bit(index: u32) -> usize {
     let shifted = index as usize + FIRST;
     (usize::BITS - 1 - shifted.leading_zeros()) as usize
+}
+
+/// The chunk node `index` is in.
+fn chunk_of(index: u32) -> usize {
+    top_bit(index) - LOG_FIRST as usize
+}
+
+/// The bias table's entry for chunk `chunk`: the top bit of `index + FIRST` of its nodes.
+fn chunk_top(chunk: usize) -> usize {
+    chunk + LOG_FIRST as usize
 }
 
 /// The slab's nodes, `0..len`, in chunks that never move (see the module's ground rules).
@@ -191,7 +202,7 @@ impl<T> Nodes<T> {
     /// Frees the chunks past the last node's.
     pub(super) fn free_unused(&mut self) {
         let keep = match self.len.checked_sub(1) {
-            Some(last) => top_bit(last as u32) - LOG_FIRST as usize + 1,
+            Some(last) => chunk_of(last as u32) + 1,
             None => 0,
         };
         drop(self.split_off(keep));
@@ -216,7 +227,7 @@ impl<T> Nodes<T> {
         debug_assert!(self.len <= chunk_start(keep.min(self.allocated)));
         let mut rest = Nodes::default();
         for chunk in keep..self.allocated {
-            let top = chunk + LOG_FIRST as usize;
+            let top = chunk_top(chunk);
             rest.bias[top] = std::mem::replace(&mut self.bias[top], ptr::null_mut());
         }
         rest.allocated = self.allocated;
@@ -228,7 +239,7 @@ impl<T> Nodes<T> {
     /// that were split off are not counted).
     pub(super) fn room(&self) -> usize {
         (0..self.allocated)
-            .filter(|&chunk| !self.bias[chunk + LOG_FIRST as usize].is_null())
+            .filter(|&chunk| !self.bias[chunk_top(chunk)].is_null())
             .map(chunk_len)
             .sum()
     }
@@ -238,7 +249,7 @@ impl<T> Nodes<T> {
     #[cold]
     fn allocate(&mut self) {
         let chunk = self.allocated;
-        let top = chunk + LOG_FIRST as usize;
+        let top = chunk_top(chunk);
         assert!(top <= LAST_TOP, "wheel: node storage exhausted");
         let layout = chunk_layout::<T>(chunk);
         // SAFETY: the layout's size is not zero (a node has a deadline and links).
@@ -249,9 +260,7 @@ impl<T> Nodes<T> {
         self.bias[top] = base.wrapping_sub(chunk_start(chunk));
         self.allocated += 1;
     }
-}
 
-impl<T> Nodes<T> {
     /// Drops every node and frees every chunk, the last chunk first. Each chunk is taken out of
     /// the storage before its nodes are dropped, and freed even if one of their drops panics, so
     /// a panic leaves the storage consistent for [`Drop`]'s guard to go on with.
@@ -269,8 +278,7 @@ impl<T> Nodes<T> {
         while self.allocated > 0 {
             self.allocated -= 1;
             let chunk = self.allocated;
-            let top = chunk + LOG_FIRST as usize;
-            let bias = std::mem::replace(&mut self.bias[top], ptr::null_mut());
+            let bias = std::mem::replace(&mut self.bias[chunk_top(chunk)], ptr::null_mut());
             let start = chunk_start(chunk);
             let nodes = self.len.saturating_sub(start).min(chunk_len(chunk));
             self.len = self.len.min(start);
@@ -347,7 +355,6 @@ mod tests {
 
     #[test]
     fn chunks_double_and_tile_the_indices() {
-        let chunk_of = |index: u32| top_bit(index) - LOG_FIRST as usize;
         assert_eq!((chunk_of(0), chunk_of(63)), (0, 0));
         assert_eq!((chunk_of(64), chunk_of(191)), (1, 1));
         assert_eq!(chunk_of(192), 2);
