@@ -99,7 +99,7 @@ impl Watch for TimerWatch<'_> {
             // Our last poll met a locked shard: do not poll a due tick again at once.
             at = now.saturating_add(duration_nanos(RETRY));
         }
-        Some(timer.time.instant_of(at))
+        Some(timer.time.wake_instant(at))
     }
 
     fn unwatch(&self) {

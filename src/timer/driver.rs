@@ -271,7 +271,7 @@ impl Driver {
                 && (timer.watcher_is_late(tick) || self.unstaged(tick))
             {
                 self.free_spare();
-                timer.parker.park(Some(timer.time.instant_of(at - ahead)));
+                timer.parker.park(Some(timer.time.wake_instant(at - ahead)));
                 return;
             }
         }
@@ -335,7 +335,7 @@ impl Driver {
     fn park_for(&self, next: Option<u64>, behind: Duration) {
         let timer = self.timer();
         let deadline = match (&timer.settle, next) {
-            (None, Some(tick)) => Some(timer.time.instant_of(park_nanos(timer, tick, behind))),
+            (None, Some(tick)) => Some(timer.time.wake_instant(park_nanos(timer, tick, behind))),
             _ => None, // a manual clock wakes the driver when time moves
         };
         timer.parker.park(deadline);
