@@ -10,8 +10,8 @@
 //! machine), `future` (completion vs waker), `sleep` (worker sleep and wake), `inject` (the
 //! injector's `injected` flag: fairness in time), `periodic` (re-arm vs cancel), `ptr` (the task
 //! pointer's count vs the free), `shutdown` (schedule vs shutdown), `driver` (the timer thread's
-//! sleep vs new deadlines) and `timer` (the sharded wheels' insert, cancel, reset and shutdown
-//! gates).
+//! sleep vs new deadlines), `timer` (the sharded wheels' insert, cancel, reset and shutdown
+//! gates) and `helpers` (the watcher leaving the driver to wake helpers for its due tasks).
 //!
 //! Set-up that is the same in every model lives here (the pool harness, spawning a pool thread,
 //! closures that count their runs and drops, `block_on`). What each model races stays spelled
@@ -27,6 +27,7 @@
 mod counters;
 mod driver;
 mod future;
+mod helpers;
 mod inject;
 mod periodic;
 mod ptr;
@@ -392,6 +393,20 @@ impl ModelPool {
     pub(super) fn push_counting_wakes(&self) -> usize {
         let task: TaskRef = bare_one_shot(|| ()).to_raw();
         self.core.queues.push(task)
+    }
+
+    /// Worker `index`'s end of a watcher's poll that took `n` due tasks (nobody runs them): onto
+    /// its deque, and helpers woken or left to the driver, as `worker::poll_due` does
+    /// (`push_polled`). The deque is bound to the calling thread for the push only; the tasks
+    /// stay there for thieves and `shutdown_now`.
+    pub(super) fn watcher_pushes(&self, index: usize, n: usize) {
+        let deque = self.locals.lock().unwrap()[index]
+            .take()
+            .expect("worker deque already handed out");
+        self.core.queues.bind(index, deque);
+        let mut due: Vec<TaskRef> = (0..n).map(|_| bare_one_shot(|| ()).to_raw()).collect();
+        model::push_polled(&self.core, &mut due);
+        self.core.queues.unbind();
     }
 
     /// An idle worker's sleep, as `worker::run` calls it when it does not watch the timer.

@@ -501,4 +501,10 @@ impl Host for Core {
     fn nudge_watcher(&self) -> bool {
         self.queues.sleep.nudge()
     }
+
+    fn wake_helpers(&self, n: usize) {
+        if self.queues.has_work() {
+            self.queues.sleep.notify(n);
+        }
+    }
 }

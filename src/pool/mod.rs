@@ -71,7 +71,7 @@ pub(crate) mod model {
     pub(crate) use super::counters::Counters;
     pub(crate) use super::run::run_task;
     pub(crate) use super::schedule::{one_shot, schedule_job, When};
-    pub(crate) use super::worker::run as run_worker;
+    pub(crate) use super::worker::{push_polled, run as run_worker};
 }
 use std::fmt;
 use std::thread::JoinHandle;

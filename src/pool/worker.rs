@@ -118,11 +118,18 @@ fn poll_due(core: &Core, index: usize) -> bool {
     if life == Lifecycle::Running {
         let mut due = Vec::new();
         all = core.timer.help_poll(&mut due);
-        core.queues.push_from_watcher(&mut due);
+        push_polled(core, &mut due);
     }
     // Release (in `lower`): publishes our pushes to the sweep that follows `quiesce`.
     taking.lower();
     all
+}
+
+/// What the watcher's poll took, onto its own deque; helpers for all but the first woken now,
+/// or left to the timer thread ("Helpers for the watcher's due tasks" in `timer/mod.rs`).
+pub(crate) fn push_polled(core: &Core, due: &mut Vec<TaskRef>) {
+    core.queues
+        .push_from_watcher(due, |n| core.timer.leave_helpers(n));
 }
 
 /// Runs a task worker `index` took, then lets go of the worker's reference. If that was the

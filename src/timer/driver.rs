@@ -123,12 +123,14 @@ impl Driver {
         self.adapt_backstop(pushed);
         more |= unfinished;
         if more {
+            self.wake_owed_helpers();
             return false;
         }
         if life == Lifecycle::Shutdown && host.drained() {
             return true;
         }
         let checked = self.announce_and_check();
+        self.wake_owed_helpers();
         if let (Some(s), Some(pass)) = (&timer.settle, pass) {
             let (Ok(next) | Err(next)) = checked;
             s.report(
@@ -246,6 +248,15 @@ impl Driver {
             Err(seen)
         } else {
             Ok(announced)
+        }
+    }
+
+    /// Wakes the helpers the watcher left to us, if its due tasks still wait (see "Helpers for
+    /// the watcher's due tasks"). After the fence of `announce_and_check` on a pass that parks.
+    pub(crate) fn wake_owed_helpers(&self) {
+        let owed = self.timer().take_owed_helpers();
+        if owed > 0 {
+            self.host.wake_helpers(owed);
         }
     }
 
@@ -443,6 +454,7 @@ mod tests {
         fn nudge_watcher(&self) -> bool {
             false
         }
+        fn wake_helpers(&self, _: usize) {}
     }
 
     #[test]

@@ -128,6 +128,30 @@
 //!   `shutdown_now` sweeps whatever it took out of a wheel (see `pool/queues.rs`). With a manual
 //!   clock nobody watches: the driver alone settles time.
 //!
+//! **Helpers for the watcher's due tasks** (no wake-up for a batch one worker runs at once).
+//! A watcher whose poll finds several tasks due pushes them all onto its own deque and runs
+//! them. Waking a sleeper for the others at once costs a futex wake-up before the first runs,
+//! and, when the tasks are short (heartbeats, timeouts), a worker that wakes to find them
+//! already run: W3 spent 16% of its CPU so (one deadline per 10 us; 20 000 one-second
+//! heartbeats, 19%). So for up to `LEAVE_AT_MOST` (7, `pool/queues.rs`) such tasks the watcher
+//! leaves the waking to the driver, which does it on its next pass if they still wait: behind
+//! a long first task they wait at most that long for a helper. More than that is a burst, and
+//! helpers are woken at once, as for a push.
+//! - The watcher adds the count to `helpers_owed`, `fence(SeqCst)`, reads `sleep_until`. It
+//!   leaves the waking to the driver if the driver is in a pass (`AWAKE`) or sleeps until a
+//!   tick whose wake-up time has come: the driver then parks until at most that time plus
+//!   `MAX_BACKSTOP` (`Driver::tell_watcher_and_park`), so its next pass is at most
+//!   `MAX_BACKSTOP`, plus the slack it read stale, away. Otherwise (the driver sleeps until a
+//!   later tick, or without a limit) the watcher wakes them itself.
+//! - The driver, after the fence of every announcement (and on every pass that goes round
+//!   again), takes the count and, if the ready queues hold work, wakes that many sleepers
+//!   (`Host::wake_helpers`, less the searchers as for any push).
+//! - The fences make a Dekker pair: either the driver's read after its fence sees the count,
+//!   or the watcher's read sees the tick the driver announced with that fence. A watcher that
+//!   read `AWAKE` read it before that announcement, so the driver's read sees the count.
+//!   Nothing here can lose a task: the tasks are in a worker's deque, and at worst wait for
+//!   that worker; the protocol bounds how long they wait for a helper.
+//!
 //! **Coalescing** (precise when timers are sparse, batched when they are dense). Deadlines are
 //! kept to the tick (1 us by default), so a lone timer fires at its deadline plus one wake-up.
 //! But a dense stream of deadlines (ten thousand 10 ms heartbeats are one every microsecond)
@@ -187,7 +211,8 @@ use shard::{give_back_if_empty, unlink, Gate};
 
 use crate::error::ResetError;
 use crate::sync::{
-    fence, AtomicBool, AtomicU64, CachePadded, Mutex, Ordering, Parker, SpinMutex, SpinMutexGuard,
+    fence, AtomicBool, AtomicU64, AtomicUsize, CachePadded, Mutex, Ordering, Parker, SpinMutex,
+    SpinMutexGuard,
 };
 use crate::task::state::{End, Snapshot};
 use crate::task::{Header, RawTask, TaskRef};
@@ -272,6 +297,9 @@ pub(crate) trait Host: Send + Sync + 'static {
     /// The driver will sleep until an earlier tick than the watcher watches: make the watcher
     /// (if a worker is watching) read the tick again. True if a watcher was nudged.
     fn nudge_watcher(&self) -> bool;
+    /// The watcher left `n` of its due tasks for a helper if they still wait (see "Helpers for
+    /// the watcher's due tasks"): wake up to `n` sleepers if the ready queues hold work.
+    fn wake_helpers(&self, n: usize);
 }
 
 /// A manual clock talks to the timer of each pool on it: every pool's timer side is a clock
@@ -314,6 +342,9 @@ pub(crate) struct Timer {
     /// Storage that the watcher's polls took from emptied shards, for the timer thread to free
     /// as it parks (`Spare`; see "Memory given back").
     spare: Mutex<Spare>,
+    /// Helpers the watcher left the driver to wake if its due tasks still wait (see
+    /// "Helpers for the watcher's due tasks").
+    helpers_owed: CachePadded<AtomicUsize>,
 }
 
 impl Timer {
@@ -353,6 +384,7 @@ impl Timer {
             max_slack,
             stage_horizon,
             spare: Mutex::new(Spare::default()),
+            helpers_owed: CachePadded::new(AtomicUsize::new(0)),
         }
     }
 
@@ -601,6 +633,45 @@ impl Timer {
     /// The watcher stops watching.
     pub(crate) fn unwatch(&self) {
         self.watch.store(u64::MAX, Ordering::Relaxed);
+    }
+
+    /// The watcher pushed `n` due tasks besides the one it runs first: true if it may leave
+    /// waking helpers for them to the driver, which passes within `MAX_BACKSTOP` (plus the slack)
+    /// and wakes them then if the tasks still wait; false if the caller must wake them now (see
+    /// "Helpers for the watcher's due tasks").
+    pub(crate) fn leave_helpers(&self, n: usize) -> bool {
+        if self.settle.is_some() || self.driver_gone() {
+            return false;
+        }
+        // Release: a driver that takes the count (Acquire) sees the pushes made before it.
+        self.helpers_owed.fetch_add(n, Ordering::Release);
+        // SeqCst fence: pairs with the one in `Driver::announce_and_check`: either the driver's
+        // read after its fence sees our count, or this read sees the tick it announced.
+        fence(Ordering::SeqCst);
+        let tick = self.sleep_until.load(Ordering::Relaxed);
+        let looks_soon =
+            tick == AWAKE || (tick != u64::MAX && self.wake_nanos(tick) <= self.time.now_nanos());
+        if !looks_soon {
+            // The caller wakes them. Take our count back unless the driver has taken it (then
+            // it may wake one more: harmless).
+            let _ = self
+                .helpers_owed
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |owed| {
+                    owed.checked_sub(n)
+                });
+        }
+        looks_soon
+    }
+
+    /// The driver, after the fence of its announcement: how many helpers the watcher left it
+    /// to wake (see "Helpers for the watcher's due tasks").
+    pub(crate) fn take_owed_helpers(&self) -> usize {
+        // The swap only when one is owed: the line stays shared while none is.
+        if self.helpers_owed.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        // Acquire: pairs with the Release of `leave_helpers`.
+        self.helpers_owed.swap(0, Ordering::Acquire)
     }
 
     /// The tick the watcher watches (`u64::MAX`: none, or not yet read).

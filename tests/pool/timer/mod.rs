@@ -1,3 +1,4 @@
 mod adversary_watch_exact;
 mod soak;
 mod stress;
+mod watcher_helpers;
