@@ -32,12 +32,14 @@ pub(crate) fn after(core: &Core, delay: Duration) -> When {
     }
 }
 
-/// Due at `at` on the pool's time line (an instant in the past is due now).
+/// Due at `at` on the pool's time line (an instant in the past is due now). "Now" is read
+/// through `Instant` too, the caller's clock, so an `at` that has come is due at once
+/// (`TimeBase::now_nanos_exact`).
 pub(crate) fn at(core: &Core, at: Instant) -> When {
     let time = &core.timer.time;
     When {
         deadline: time.nanos_of(at),
-        now: time.now_nanos(),
+        now: time.now_nanos_exact(),
     }
 }
 

@@ -409,9 +409,11 @@ impl crate::task::calendar::WallClock for Clock {
 /// and every schedule, run and poll reads it. `std` documents that its `Instant` reads that
 /// same clock on Linux. The two time lines are tied so that nothing can fire early, even if they
 /// were to differ:
-/// - `raw_origin` is read *after* `origin`, so a raw "now" never runs ahead of the `Instant`
-///   one. An `Instant` a caller gives (`schedule_at`) is converted from `origin` exactly, so
-///   it fires at most the few nanoseconds between the two readings late, never early.
+/// - `raw_origin` is read *after* `origin`, within 1 us of it ([`system_origins`]), so a raw
+///   "now" never runs ahead of the `Instant` one. An `Instant` a caller gives (`schedule_at`)
+///   is converted from `origin` exactly, so it fires at most that gap (tens of nanoseconds)
+///   late, never early; and whether it is due already is decided against an `Instant` "now"
+///   ([`now_nanos_exact`](Self::now_nanos_exact)), so one already come runs at once.
 /// - A sleep until a time line's instant ([`wake_instant`](Self::wake_instant)) is measured
 ///   from a raw reading and then an `Instant::now()`, in that order, so it never ends before
 ///   the raw clock has reached that instant.
@@ -433,11 +435,9 @@ pub(crate) struct TimeBase {
 impl TimeBase {
     /// `tick` is clamped to at least 1 ns (the builder refuses zero before this).
     pub(crate) fn new(clock: Clock, tick: Duration) -> Self {
-        let origin = clock.now();
-        // After `origin`: the raw time line never runs ahead of the `Instant` one.
-        let raw_origin = match clock {
-            Clock::System => monotonic_nanos(),
-            Clock::Manual(_) => None,
+        let (origin, raw_origin) = match clock {
+            Clock::System => system_origins(),
+            Clock::Manual(_) => (clock.now(), None),
         };
         TimeBase {
             clock,
@@ -456,6 +456,14 @@ impl TimeBase {
             None => self.nanos_of(self.clock.now()),
         };
         nanos.min(u64::MAX - 1)
+    }
+
+    /// Now read through the pool's `Instant` clock, to compare with a caller's `Instant`: at or
+    /// ahead of [`now_nanos`](Self::now_nanos) by at most the origins' gap (see "Reading the
+    /// system clock"), so `schedule_at(Instant::now())` is due at once. A read slower by the
+    /// `Instant` conversion.
+    pub(crate) fn now_nanos_exact(&self) -> u64 {
+        self.nanos_of(self.clock.now()).min(u64::MAX - 1)
     }
 
     /// `at` in nanoseconds since the origin; an instant before the origin is 0.
@@ -496,6 +504,52 @@ impl TimeBase {
         tick.saturating_mul(self.tick_nanos)
     }
 }
+
+/// The system clock's two origins: an `Instant`, and the raw monotonic reading taken just after
+/// it (`None` where "now" is read through `Instant`). The raw one never precedes the `Instant`,
+/// and follows it by at most [`ORIGINS_APART`] unless every try was held up (then by the least
+/// gap seen): a caller's `Instant` fires that much late at most, and `schedule_at(Instant::now())`
+/// is due at once whatever it is (`now_nanos_exact`). The first raw read of a process sets
+/// rustix's vDSO lookup up (about 5 us), and the thread can be preempted between the reads on a
+/// busy machine: so the raw clock is read once before, and the pair is read again until an
+/// `Instant` taken after the raw reading is within the bound of the first.
+fn system_origins() -> (Instant, Option<u64>) {
+    // The first read also sets the vDSO lookup up, before any pair is timed.
+    if monotonic_nanos().is_none() {
+        return (Instant::now(), None);
+    }
+    let (origin, raw, _) = closest_origins(Instant::now, monotonic_nanos);
+    (origin, raw)
+}
+
+/// Reads pairs of an `Instant` (`now`) and then a raw reading (`raw`) until an `Instant` taken
+/// after the raw one is within [`ORIGINS_APART`] of the pair's, at most [`ORIGIN_TRIES`] times;
+/// returns the closest pair and how far apart it was read.
+fn closest_origins(
+    now: impl Fn() -> Instant,
+    raw: impl Fn() -> Option<u64>,
+) -> (Instant, Option<u64>, Duration) {
+    let mut best: Option<(Instant, Option<u64>, Duration)> = None;
+    for _ in 0..ORIGIN_TRIES {
+        let origin = now();
+        let reading = raw();
+        let apart = now().saturating_duration_since(origin);
+        if best.is_none_or(|(_, _, least)| apart < least) {
+            best = Some((origin, reading, apart));
+        }
+        if apart <= ORIGINS_APART {
+            break;
+        }
+    }
+    best.expect("ORIGIN_TRIES is at least 1")
+}
+
+/// How far apart the system clock's two origins may be read (see [`system_origins`]): the raw
+/// time line lags the `Instant` one by at most this.
+const ORIGINS_APART: Duration = Duration::from_micros(1);
+
+/// Tries at reading the two origins within [`ORIGINS_APART`] before taking the closest pair.
+const ORIGIN_TRIES: u32 = 16;
 
 /// The monotonic clock (`CLOCK_MONOTONIC`, the one `std`'s `Instant` reads on Linux) in
 /// nanoseconds, read through the vDSO without `Instant`'s conversions; `None` where the pool
@@ -622,6 +676,65 @@ mod tests {
         // Only a bug (a wrong unit, another clock) keeps every pair of readings apart: the
         // closest of a thousand is a few tens of nanoseconds, even on a busy machine.
         assert!(closest < 1_000_000, "never within 1 ms: {closest} ns");
+    }
+
+    /// Spins for `d` (a held-up read: the vDSO's set-up, or a preemption).
+    fn stall(d: Duration) {
+        let start = Instant::now();
+        spin_until(|| start.elapsed() >= d);
+    }
+
+    #[test]
+    fn the_origins_are_read_again_when_a_read_was_held_up() {
+        // The first raw read takes 20 us (rustix sets its vDSO lookup up on the first call):
+        // that pair is not kept.
+        let calls = std::cell::Cell::new(0u32);
+        let (_, raw, apart) = closest_origins(Instant::now, || {
+            calls.set(calls.get() + 1);
+            if calls.get() == 1 {
+                stall(Duration::from_micros(20));
+            }
+            Some(u64::from(calls.get()))
+        });
+        assert!(
+            raw != Some(1),
+            "the held-up pair was kept ({apart:?} apart)"
+        );
+        assert!(calls.get() >= 2);
+        // Every read held up: the closest of all the tries, after all of them.
+        let calls = std::cell::Cell::new(0u32);
+        let (_, _, apart) = closest_origins(Instant::now, || {
+            calls.set(calls.get() + 1);
+            stall(Duration::from_micros(if calls.get() == 5 { 3 } else { 30 }));
+            Some(0)
+        });
+        assert_eq!(calls.get(), ORIGIN_TRIES);
+        assert!(
+            apart < Duration::from_micros(30),
+            "the closest pair: {apart:?}"
+        );
+    }
+
+    #[test]
+    fn the_pools_now_lags_instant_by_at_most_the_origins_gap_and_a_come_instant_is_due() {
+        for _ in 0..50 {
+            let t = TimeBase::new(Clock::System, Duration::from_micros(1));
+            let mut lag = 0;
+            for _ in 0..100 {
+                let theirs = t.nanos_of(Instant::now());
+                let ours = t.now_nanos();
+                lag = lag.max(theirs.saturating_sub(ours));
+                let at = Instant::now();
+                assert!(
+                    t.nanos_of(at) <= t.now_nanos_exact(),
+                    "an instant come is due"
+                );
+            }
+            assert!(
+                lag <= duration_nanos(ORIGINS_APART),
+                "the pool's now lags Instant by {lag} ns"
+            );
+        }
     }
 
     #[test]
