@@ -35,6 +35,8 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
     let mut turns = Turns::default();
     // As the watcher: our last poll at a watched tick met no locked shard (`Timer::watch_tick`).
     let mut eager = true;
+    // As the watcher: when our last poll left waking helpers to the timer thread.
+    let mut left_at = None;
     loop {
         match queues.take(index, &mut turns, core.lifecycle_cell()) {
             Found::Task(task, taking) => {
@@ -64,6 +66,9 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
             Found::ShutdownNow => break,
             Found::Nothing => {}
         }
+        if let Some(at) = left_at.take() {
+            batch_ran(&core, at);
+        }
         let watch = TimerWatch { core: &core, eager };
         let watching = core.may_watch().then_some(&watch as &dyn Watch);
         let woke = sleep.sleep(
@@ -72,7 +77,7 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
             watching,
         );
         if woke == Woke::Due {
-            eager = poll_due(&core, index);
+            (eager, left_at) = poll_due(&core, index);
         }
     }
     queues.unbind();
@@ -111,26 +116,48 @@ impl Watch for TimerWatch<'_> {
 /// to the ready queues, this worker's first. Under the `taking` flag, like any take (ground
 /// rules in `queues.rs`), so `shutdown_now` either finds the pool stopped before we poll or
 /// waits for our pushes and sweeps them.
-/// Returns false if a shard with something due was locked (`Timer::help_poll`).
-fn poll_due(core: &Core, index: usize) -> bool {
+/// Returns false if a shard with something due was locked (`Timer::help_poll`), and when the
+/// poll left waking helpers to the timer thread, if it did (`push_polled`).
+fn poll_due(core: &Core, index: usize) -> (bool, Option<u64>) {
     let (taking, life) = core.queues.raise_taking(index, core.lifecycle_cell());
     let mut all = true;
+    let mut left_at = None;
     if life == Lifecycle::Running {
         let mut due = Vec::new();
         all = core.timer.help_poll(&mut due);
-        push_polled(core, &mut due);
+        left_at = push_polled(core, &mut due);
     }
     // Release (in `lower`): publishes our pushes to the sweep that follows `quiesce`.
     taking.lower();
-    all
+    (all, left_at)
 }
 
 /// What the watcher's poll took, onto its own deque; helpers for all but the first woken now,
 /// or left to the timer thread ("Helpers for the watcher's due tasks" in `timer/mod.rs`).
-pub(crate) fn push_polled(core: &Core, due: &mut Vec<TaskRef>) {
-    core.queues
-        .push_from_watcher(due, |n| core.timer.leave_helpers(n));
+/// Returns when it left them (nanoseconds since the origin), if it did.
+pub(crate) fn push_polled(core: &Core, due: &mut Vec<TaskRef>) -> Option<u64> {
+    let mut left_at = None;
+    core.queues.push_from_watcher(due, |n| {
+        left_at = core.timer.leave_helpers(n);
+        left_at.is_some()
+    });
+    left_at
 }
+
+/// A watcher that left waking helpers to the timer thread at `left_at` has run out of work: if
+/// that took longer than [`LONG_BATCH`], its tasks (or what it took after them) were long, and
+/// for a while the watcher wakes helpers itself (`Timer::helpers_at_once`): a helper then comes
+/// after one wake-up, not after the timer thread's and then its own.
+fn batch_ran(core: &Core, left_at: u64) {
+    let timer = &core.timer;
+    if timer.time.now_nanos().saturating_sub(left_at) > duration_nanos(LONG_BATCH) {
+        timer.helpers_at_once();
+    }
+}
+
+/// Longer than this from leaving helpers to running out of work, a watcher's batch is long (see
+/// `batch_ran`): about the timer thread's backstop, by when it would have woken a helper anyway.
+const LONG_BATCH: Duration = Duration::from_micros(200);
 
 /// Runs a task worker `index` took, then lets go of the worker's reference. If that was the
 /// last one, the task's unread result or closure is dropped here, where a panicking `Drop`
