@@ -252,7 +252,8 @@ impl Driver {
     }
 
     /// Wakes the helpers the watcher left to us, if its due tasks still wait (see "Helpers for
-    /// the watcher's due tasks"). After the fence of `announce_and_check` on a pass that parks.
+    /// the watcher's due tasks"). On every pass: after the fence of `announce_and_check`, or
+    /// as it goes round again without announcing.
     pub(crate) fn wake_owed_helpers(&self) {
         let owed = self.timer().take_owed_helpers();
         if owed > 0 {
