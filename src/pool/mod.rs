@@ -38,6 +38,7 @@ mod handle;
 mod lateness;
 mod lifecycle;
 mod link;
+mod place;
 mod queues;
 mod run;
 mod schedule;

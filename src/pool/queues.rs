@@ -274,8 +274,10 @@ impl ReadyQueues {
             self.push_quietly(task);
         }
         let others = n.saturating_sub(1);
-        if others > 0 && (others > LEAVE_AT_MOST || !leave(others)) {
-            self.sleep.notify(others);
+        if others > LEAVE_AT_MOST {
+            self.sleep.notify(others); // a burst: helpers at once, wherever the kernel puts them
+        } else if others > 0 && !leave(others) {
+            self.sleep.notify_away(others);
         }
     }
 

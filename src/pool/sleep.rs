@@ -35,6 +35,7 @@
 //!   token), and it reads the tick again and parks; taken off means work. Either way the lost
 //!   wake-up argument above is unchanged: the watcher stays announced while it re-parks.
 
+use super::place::Placement;
 use crate::sync::{fence, AtomicUsize, CachePadded, Mutex, Ordering, Parker};
 use std::time::Instant;
 
@@ -72,6 +73,8 @@ pub(crate) struct Sleep {
     /// One per worker, each on its own cache line: a worker parks on its own and pushers
     /// unpark others', so unpadded neighbours in this slice shared lines between threads.
     parkers: Box<[CachePadded<Parker>]>,
+    /// Keeps a helper woken for a worker's own work off that worker's CPU (`place.rs`).
+    place: Placement,
 }
 
 impl Sleep {
@@ -84,6 +87,7 @@ impl Sleep {
             parkers: (0..workers)
                 .map(|_| CachePadded::new(Parker::new()))
                 .collect(),
+            place: Placement::new(workers),
         }
     }
 
@@ -116,6 +120,8 @@ impl Sleep {
                 None => self.parkers[index].park(None),
             }
         }
+        // A waker may have moved us (even one that found us announced but not yet parked).
+        self.place.restore(index);
         self.withdraw(index);
         woke
     }
@@ -189,8 +195,31 @@ impl Sleep {
         self.wake(n)
     }
 
+    /// The calling worker is worker `index`: records where it may run (`place.rs`).
+    pub(crate) fn register(&self, index: usize) {
+        self.place.register(index);
+    }
+
+    /// As [`notify`](Self::notify), from a worker that pushed the tasks onto its own deque and
+    /// runs one of them next: the sleepers it wakes are kept off its CPU until they run
+    /// (`place.rs`), so they do not wait behind that task.
+    pub(crate) fn notify_away(&self, n: usize) -> usize {
+        // SeqCst fence: as in `notify`.
+        fence(Ordering::SeqCst);
+        let n = n.saturating_sub(self.searching.load(Ordering::Relaxed));
+        if n == 0 || self.num_sleeping.load(Ordering::Relaxed) == 0 {
+            return 0;
+        }
+        self.wake_placed(n, true)
+    }
+
     #[cold]
     fn wake(&self, n: usize) -> usize {
+        self.wake_placed(n, false)
+    }
+
+    #[cold]
+    fn wake_placed(&self, n: usize, away: bool) -> usize {
         let mut woken = [0usize; 8];
         let mut count = 0;
         {
@@ -204,10 +233,13 @@ impl Sleep {
         }
         // Unpark outside the lock.
         for &index in &woken[..count] {
+            if away {
+                self.place.keep_off_this_cpu(index);
+            }
             self.parkers[index].unpark();
         }
         if n > woken.len() && count == woken.len() {
-            return count + self.wake(n - count);
+            return count + self.wake_placed(n - count, away);
         }
         count
     }

@@ -32,6 +32,7 @@ pub(crate) fn run(core: Arc<Core>, index: usize, deque: Worker<TaskRef>) {
     crate::timer::home::set(index); // workers spread over the timer shards
     let queues = &core.queues;
     queues.bind(index, deque);
+    queues.sleep.register(index);
     let mut turns = Turns::default();
     // As the watcher: our last poll at a watched tick met no locked shard (`Timer::watch_tick`).
     let mut eager = true;
