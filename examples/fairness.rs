@@ -12,6 +12,10 @@
 //! A due timer waits for the link in progress on a worker to end (about one `LINK`), not for
 //! dozens of links.
 //!
+//! 3. then, the chains stopped, `ROUNDS` rounds of 3 to 6 timers due at one instant on the idle
+//!    pool, the first to run spinning for `LONG`: a round counts as waited if another of its
+//!    timers started only after the spinner ended, although the other worker was idle.
+//!
 //! ```text
 //! cargo run --release --example fairness                # 1 ms links
 //! cargo run --release --example fairness -- 200         # 200 us links
@@ -31,6 +35,9 @@ const PROBES: usize = 300;
 /// The fixed-rate task's period, and how long it runs.
 const PERIOD: Duration = Duration::from_millis(1);
 const RATE_FOR: Duration = Duration::from_secs(1);
+/// Part 3: rounds of timers due at one instant, and how long the first of each round runs.
+const ROUNDS: usize = 200;
+const LONG: Duration = Duration::from_micros(500);
 
 /// A self-continuing chain of links, each spinning for `link`, until `stop`.
 fn chain(handle: Handle, link: Duration, stop: Arc<AtomicBool>) {
@@ -94,11 +101,17 @@ fn main() {
     let slots = (started.elapsed().as_nanos() / PERIOD.as_nanos()) as f64;
     let share = runs.load(Ordering::Relaxed) as f64 / slots;
     stop.store(true, Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(20)); // the chains' last links end
+    let waited = (0..ROUNDS)
+        .filter(|&round| beside_a_long_one(&pool, 3 + round % 4))
+        .count();
 
     println!(
         "{WORKERS} workers each running a chain of {link:?} links:\n  \
          {PROBE:?} probe lateness p50 {:?}, p99 {:?}, max {:?} ({PROBES} probes)\n  \
-         {PERIOD:?} fixed-rate task (Skip): {:.1}% of its slots over {RATE_FOR:?}",
+         {PERIOD:?} fixed-rate task (Skip): {:.1}% of its slots over {RATE_FOR:?}\n\
+         idle pool, 3-6 timers due at once, the first running {LONG:?}: another waited for it \
+         in {waited} of {ROUNDS} rounds",
         percentile(&late, 0.5),
         percentile(&late, 0.99),
         late[late.len() - 1],
@@ -106,4 +119,38 @@ fn main() {
     );
     pool.shutdown();
     pool.await_termination(Duration::from_secs(10));
+}
+
+/// One round of part 3: `k` timers due at one instant, the first to start spinning for `LONG`;
+/// true if another started only after it ended.
+fn beside_a_long_one(pool: &ScheduledThreadPool, k: usize) -> bool {
+    let first_end = Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let at = Instant::now() + Duration::from_millis(1);
+    let futures: Vec<_> = (0..k)
+        .map(|_| {
+            let first_end = first_end.clone();
+            pool.schedule_at(
+                move || {
+                    let start = Instant::now();
+                    let mut end = first_end.lock().unwrap();
+                    if end.is_none() {
+                        *end = Some(start + LONG);
+                        drop(end);
+                        while Instant::now() < start + LONG {
+                            std::hint::spin_loop();
+                        }
+                        return false;
+                    }
+                    end.is_some_and(|end| start >= end)
+                },
+                at,
+            )
+            .unwrap()
+        })
+        .collect();
+    let mut waited = false;
+    for f in futures {
+        waited |= f.join().unwrap(); // every one joined: the next round starts on an idle pool
+    }
+    waited
 }
