@@ -22,7 +22,7 @@
 #[cfg(all(target_os = "linux", not(wheelpool_loom), not(miri)))]
 mod imp {
     use parking_lot::Mutex;
-    use rustix::thread::{gettid, sched_getaffinity, sched_getcpu, sched_setaffinity, CpuSet, Pid};
+    use rustix::thread::{gettid, sched_getaffinity, sched_setaffinity, CpuSet, Pid};
 
     /// A worker's thread and the affinity it started with.
     struct Home {
@@ -59,7 +59,7 @@ mod imp {
         pub(crate) fn keep_off_this_cpu(&self, index: usize) -> Option<usize> {
             let mut home = self.homes[index].lock();
             let home = home.as_mut()?;
-            let cpu = sched_getcpu();
+            let cpu = crate::sync::os::current_cpu()?;
             let mut elsewhere = home.allowed;
             elsewhere.unset(cpu);
             if elsewhere.count() == 0 {

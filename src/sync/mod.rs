@@ -14,6 +14,7 @@
 //! and ids) are re-exported below with the reason.
 
 mod guarded;
+pub(crate) mod os;
 mod spin;
 
 pub(crate) use guarded::Guarded;

@@ -4,6 +4,7 @@
 //! (saturating at `u64::MAX`, which means "never") and ticks of the wheel. Deadlines round *up*
 //! to the next tick and "now" rounds *down*, so a task never fires before its deadline.
 
+use crate::sync::os::monotonic_nanos;
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering, Weak};
 use std::fmt;
 use std::time::{Duration, Instant, SystemTime};
@@ -404,7 +405,7 @@ impl crate::task::calendar::WallClock for Clock {
 /// # Reading the system clock
 ///
 /// On Linux the system clock's "now" is read straight from the monotonic clock
-/// (`clock_gettime(CLOCK_MONOTONIC)` through the vDSO, [`monotonic_nanos`]), not through
+/// (glibc's `clock_gettime(CLOCK_MONOTONIC)`, `sync/os.rs`), not through
 /// `Instant::now()` and a subtraction of two `Instant`s: 17 against 23 ns on the 2-core VM,
 /// and every schedule, run and poll reads it. `std` documents that its `Instant` reads that
 /// same clock on Linux. The two time lines are tied so that nothing can fire early, even if they
@@ -421,7 +422,7 @@ impl crate::task::calendar::WallClock for Clock {
 ///   deadline) is `origin` plus the nanoseconds, the exact inverse of the conversion above: a
 ///   task scheduled at an `Instant` reports that very `Instant`.
 ///
-/// Elsewhere, on a manual clock, under loom and under Miri, everything goes through `Instant`.
+/// Elsewhere, on a manual clock and under loom, everything goes through `Instant`.
 #[derive(Debug)]
 pub(crate) struct TimeBase {
     pub(crate) clock: Clock,
@@ -509,12 +510,12 @@ impl TimeBase {
 /// it (`None` where "now" is read through `Instant`). The raw one never precedes the `Instant`,
 /// and follows it by at most [`ORIGINS_APART`] unless every try was held up (then by the least
 /// gap seen): a caller's `Instant` fires that much late at most, and `schedule_at(Instant::now())`
-/// is due at once whatever it is (`now_nanos_exact`). The first raw read of a process sets
-/// rustix's vDSO lookup up (about 5 us), and the thread can be preempted between the reads on a
-/// busy machine: so the raw clock is read once before, and the pair is read again until an
+/// is due at once whatever it is (`now_nanos_exact`). The first raw read of a process may set a
+/// vDSO lookup up (rustix's took about 5 us), and the thread can be preempted between the reads
+/// on a busy machine: so the raw clock is read once before, and the pair is read again until an
 /// `Instant` taken after the raw reading is within the bound of the first.
 fn system_origins() -> (Instant, Option<u64>) {
-    // The first read also sets the vDSO lookup up, before any pair is timed.
+    // A first read, so that any set-up it does comes before a pair is timed.
     if monotonic_nanos().is_none() {
         return (Instant::now(), None);
     }
@@ -550,25 +551,6 @@ const ORIGINS_APART: Duration = Duration::from_micros(1);
 
 /// Tries at reading the two origins within [`ORIGINS_APART`] before taking the closest pair.
 const ORIGIN_TRIES: u32 = 16;
-
-/// The monotonic clock (`CLOCK_MONOTONIC`, the one `std`'s `Instant` reads on Linux) in
-/// nanoseconds, read through the vDSO without `Instant`'s conversions; `None` where the pool
-/// reads time through `Instant` instead (not Linux; loom and Miri, which cannot run the vDSO).
-#[cfg(all(target_os = "linux", not(wheelpool_loom), not(miri)))]
-#[inline]
-fn monotonic_nanos() -> Option<u64> {
-    let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    // The monotonic clock counts from boot: never negative, and u64 nanoseconds last 584 years.
-    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
-    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
-    Some(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
-}
-
-#[cfg(not(all(target_os = "linux", not(wheelpool_loom), not(miri))))]
-#[inline]
-fn monotonic_nanos() -> Option<u64> {
-    None
-}
 
 /// `d` in whole nanoseconds, saturating at `u64::MAX`.
 pub(crate) fn duration_nanos(d: Duration) -> u64 {
@@ -686,7 +668,7 @@ mod tests {
 
     #[test]
     fn the_origins_are_read_again_when_a_read_was_held_up() {
-        // The first raw read takes 20 us (rustix sets its vDSO lookup up on the first call):
+        // The first raw read takes 20 us (a vDSO lookup's set-up, as rustix's took 5 us):
         // that pair is not kept.
         let calls = std::cell::Cell::new(0u32);
         let (_, raw, apart) = closest_origins(Instant::now, || {
