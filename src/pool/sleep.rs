@@ -185,14 +185,7 @@ impl Sleep {
     /// `n` tasks were just pushed: wake up to `n` sleepers, less one per worker already
     /// searching. Returns how many it woke.
     pub(crate) fn notify(&self, n: usize) -> usize {
-        // SeqCst fence: pairs with the fence in `sleep`; the pushed tasks are visible before we
-        // read `searching` and `num_sleeping`.
-        fence(Ordering::SeqCst);
-        let n = n.saturating_sub(self.searching.load(Ordering::Relaxed));
-        if n == 0 || self.num_sleeping.load(Ordering::Relaxed) == 0 {
-            return 0;
-        }
-        self.wake(n)
+        self.notify_placed(n, false)
     }
 
     /// The calling worker is worker `index`: records where it may run (`place.rs`).
@@ -204,22 +197,24 @@ impl Sleep {
     /// runs one of them next: the sleepers it wakes are kept off its CPU until they run
     /// (`place.rs`), so they do not wait behind that task.
     pub(crate) fn notify_away(&self, n: usize) -> usize {
-        // SeqCst fence: as in `notify`.
+        self.notify_placed(n, true)
+    }
+
+    /// [`notify`](Self::notify), with the sleepers it wakes kept off this CPU if `away`.
+    #[inline(always)]
+    fn notify_placed(&self, n: usize, away: bool) -> usize {
+        // SeqCst fence: pairs with the fence in `sleep`; the pushed tasks are visible before we
+        // read `searching` and `num_sleeping`.
         fence(Ordering::SeqCst);
         let n = n.saturating_sub(self.searching.load(Ordering::Relaxed));
         if n == 0 || self.num_sleeping.load(Ordering::Relaxed) == 0 {
             return 0;
         }
-        self.wake_placed(n, true)
+        self.wake(n, away)
     }
 
     #[cold]
-    fn wake(&self, n: usize) -> usize {
-        self.wake_placed(n, false)
-    }
-
-    #[cold]
-    fn wake_placed(&self, n: usize, away: bool) -> usize {
+    fn wake(&self, n: usize, away: bool) -> usize {
         let mut woken = [0usize; 8];
         let mut count = 0;
         {
@@ -239,7 +234,7 @@ impl Sleep {
             self.parkers[index].unpark();
         }
         if n > woken.len() && count == woken.len() {
-            return count + self.wake_placed(n - count, away);
+            return count + self.wake(n - count, away);
         }
         count
     }

@@ -452,17 +452,19 @@ impl TimeBase {
     /// which means "never": a deadline that saturated there never comes due, whatever the tick.
     #[inline]
     pub(crate) fn now_nanos(&self) -> u64 {
-        let nanos = match self.raw_origin {
-            Some(origin) => monotonic_nanos().map_or(0, |now| now.saturating_sub(origin)),
-            None => self.nanos_of(self.clock.now()),
-        };
-        nanos.min(u64::MAX - 1)
+        match self.raw_origin {
+            Some(origin) => monotonic_nanos()
+                .map_or(0, |now| now.saturating_sub(origin))
+                .min(u64::MAX - 1),
+            None => self.now_nanos_exact(),
+        }
     }
 
     /// Now read through the pool's `Instant` clock, to compare with a caller's `Instant`: at or
     /// ahead of [`now_nanos`](Self::now_nanos) by at most the origins' gap (see "Reading the
     /// system clock"), so `schedule_at(Instant::now())` is due at once. A read slower by the
     /// `Instant` conversion.
+    #[inline]
     pub(crate) fn now_nanos_exact(&self) -> u64 {
         self.nanos_of(self.clock.now()).min(u64::MAX - 1)
     }
